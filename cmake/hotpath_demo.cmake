@@ -1,0 +1,14 @@
+# SPDX-License-Identifier: MIT
+# `cmake --build --preset release --target demo`: the main job, a short run of what
+# hotpath is for, on this machine, with every figure beside its baseline.
+set(hotpath_demo_commands)
+if(TARGET hotpath-quickstart)
+  list(APPEND hotpath_demo_commands COMMAND $<TARGET_FILE:hotpath-quickstart>)
+endif()
+if(TARGET hotpath-bench)
+  list(APPEND hotpath_demo_commands
+       COMMAND $<TARGET_FILE:hotpath-bench> --benchmark_min_time=0.1
+               "--benchmark_filter=^uncontended/|^contended/.*/threads:(1|2|8)/")
+endif()
+add_custom_target(demo ${hotpath_demo_commands} USES_TERMINAL VERBATIM
+                  COMMENT "hotpath demo: locks against std::mutex and test-and-set")

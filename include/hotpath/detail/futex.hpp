@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// Parking: sleep until a 32-bit word changes, and wake sleepers.
+//
+// On Linux the raw futex is used for std::atomic<uint32_t>: FUTEX_WAIT_BITSET lets a
+// waiter sleep on one "channel" (a bit of the mask) so that a lock can wake exactly
+// the waiter whose turn it is, and futex wake on an address whose object has ended is
+// harmless to the kernel, which a lock that hands over a stack-allocated node needs
+// (the sleeper may return and reuse its node before the waker's syscall runs).
+// Elsewhere, and for atomic types other than std::atomic<uint32_t> (a test's
+// instrumented atomics), C++20 atomic wait/notify is used; channels are then ignored
+// and every wake is a notify_all, which is correct because every wait is in a loop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "hotpath/detail/config.hpp"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace hotpath::detail {
+
+inline constexpr unsigned futex_channels = 32;
+
+#if defined(__linux__)
+inline void futex_wait_raw(const void* addr, std::uint32_t expected, unsigned channel) noexcept {
+  // Returns on wake, EAGAIN (value changed) or EINTR; callers loop and re-check.
+  syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, nullptr, nullptr,
+          1u << (channel % futex_channels));
+}
+inline void futex_wake_raw(const void* addr, unsigned channel, int count) noexcept {
+  syscall(SYS_futex, addr, FUTEX_WAKE_BITSET_PRIVATE, count, nullptr, nullptr,
+          1u << (channel % futex_channels));
+}
+inline void futex_wake_all_raw(const void* addr) noexcept {
+  syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+}
+#endif
+
+template <class A>
+inline constexpr bool raw_futex_ok =
+#if defined(__linux__)
+    std::is_same_v<A, std::atomic<std::uint32_t>> &&
+    sizeof(A) == 4 && std::atomic<std::uint32_t>::is_always_lock_free;
+#else
+    false;
+#endif
+
+// Sleep while `word` holds `expected`. May return spuriously.
+template <class A>
+inline void park(A& word, std::uint32_t expected, unsigned channel = 0) noexcept {
+#if defined(__linux__)
+  if constexpr (raw_futex_ok<A>) {
+    futex_wait_raw(&word, expected, channel);
+    return;
+  }
+#endif
+  (void)channel;
+  word.wait(expected, std::memory_order_acquire);
+}
+
+// Wake one sleeper of `channel` on `word`.
+template <class A>
+inline void unpark_one(A& word, unsigned channel = 0) noexcept {
+#if defined(__linux__)
+  if constexpr (raw_futex_ok<A>) {
+    futex_wake_raw(&word, channel, 1);
+    return;
+  }
+#endif
+  (void)channel;
+  word.notify_all();
+}
+
+// Wake every sleeper of `channel` on `word`.
+template <class A>
+inline void unpark_channel(A& word, unsigned channel) noexcept {
+#if defined(__linux__)
+  if constexpr (raw_futex_ok<A>) {
+    futex_wake_raw(&word, channel, 0x7fffffff);
+    return;
+  }
+#endif
+  (void)channel;
+  word.notify_all();
+}
+
+template <class A>
+inline void unpark_all(A& word) noexcept {
+#if defined(__linux__)
+  if constexpr (raw_futex_ok<A>) {
+    futex_wake_all_raw(&word);
+    return;
+  }
+#endif
+  word.notify_all();
+}
+
+}  // namespace hotpath::detail

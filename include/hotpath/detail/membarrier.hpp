@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// Asymmetric fences: make a frequent side cheap by making a rare side expensive.
+//
+// light_fence() and heavy_fence() together order "store X; fence; load Y" on one
+// side against "store Y; fence; load X" on the other (Dekker), so at least one side
+// sees the other's store. With membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which
+// makes every running thread of the process execute a full barrier, the light side
+// needs only a compiler barrier; a thread that is not running has been through a
+// context switch, which is a full barrier. Without membarrier (not Linux, an old
+// kernel, or ThreadSanitizer, which does not model it) both sides use a seq_cst fence.
+// liburcu's memb flavour and folly's asymmetric barriers rest on the same guarantee.
+#pragma once
+
+#include <atomic>
+
+#include "hotpath/detail/config.hpp"
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace hotpath::detail {
+
+inline bool membarrier_register() noexcept {
+#if defined(__linux__) && defined(SYS_membarrier) && !HOTPATH_TSAN && \
+    !defined(HOTPATH_NO_MEMBARRIER)
+  const long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+// Decided once per process; a magic static makes every reader see the decision,
+// and registration happens before any heavy_fence() can use the command.
+inline bool membarrier_available() noexcept {
+  static const bool available = membarrier_register();
+  return available;
+}
+
+inline void light_fence() noexcept {
+  if (membarrier_available()) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+inline void heavy_fence() noexcept {
+#if defined(__linux__) && defined(SYS_membarrier)
+  if (membarrier_available()) {
+    // Cannot fail once registered; fall through to a fence if it ever does.
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+  }
+#endif
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+}  // namespace hotpath::detail

@@ -1,0 +1,6 @@
+// SPDX-License-Identifier: MIT
+// All of hotpath.
+#pragma once
+
+#include "hotpath/mcs_lock.hpp"
+#include "hotpath/ticket_lock.hpp"

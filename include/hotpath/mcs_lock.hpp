@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+// mcs_lock: the queue lock of Mellor-Crummey and Scott (1991).
+//
+//   tail_ == nullptr            free
+//   tail_ == &n, n.next null    held (or being handed over), nobody queued behind n
+//   tail_ == &m, m != owner     held, queue owner -> ... -> m linked through node::next
+//
+// Each waiter spins on its own node, so a handoff touches one remote line, and
+// the queue is strictly FIFO. A node's state word:
+//
+//   waiting --(owner hands over)--> granted
+//   waiting --(budget spent)--> sleeping --(owner hands over, sees sleeping, wakes)--> granted
+//
+// The owner learns whether to issue a wake-up from the exchange that grants the
+// lock, so an uncontended or spinning handoff makes no system call.
+//
+// Two ways in: an explicit node that the caller owns (lock(node&), or the guard,
+// which keeps its node on the stack), and Lockable lock()/unlock() with
+// per-thread nodes, for std::scoped_lock and std::condition_variable_any. A thread
+// may hold several mcs_locks at once, in any nesting; the Lockable form records
+// its node in the lock (owner_, written only by the holder) so unlock() finds it.
+//
+// sizeof(mcs_lock) == 16: the tail pointer and the owner's node.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/detail/futex.hpp"
+#include "hotpath/detail/policy.hpp"
+
+namespace hotpath {
+
+template <class Policy = default_policy>
+class basic_mcs_lock {
+  using wait = typename Policy::wait;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+
+  enum : std::uint32_t { waiting = 0, granted = 1, sleeping = 2 };
+
+ public:
+  // A queue entry. Alone on its cache line because its owner spins on it.
+  struct alignas(cache_line_size) node {
+    atomic<node*> next{nullptr};
+    atomic<std::uint32_t> state{waiting};
+    constexpr node() noexcept = default;
+    node(const node&) = delete;
+    node& operator=(const node&) = delete;
+  };
+
+  // Holds the lock for its lifetime with a node of its own.
+  class guard {
+   public:
+    explicit guard(basic_mcs_lock& l) noexcept : lock_(l) { lock_.lock(node_); }
+    ~guard() { lock_.unlock(node_); }
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+
+   private:
+    basic_mcs_lock& lock_;
+    node node_;
+  };
+
+  constexpr basic_mcs_lock() noexcept = default;
+  basic_mcs_lock(const basic_mcs_lock&) = delete;
+  basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
+
+  void lock(node& n) noexcept {
+    n.next.store(nullptr, std::memory_order_relaxed);
+    n.state.store(waiting, std::memory_order_relaxed);
+    // acq_rel: release publishes n's initialisation to whoever links behind us;
+    // acquire pairs with the release CAS in unlock() when the queue was empty.
+    node* prev = tail_.exchange(&n, std::memory_order_acq_rel);
+    if (prev == nullptr) return;
+    prev->next.store(&n, std::memory_order_release);  // read (acquire) by prev's unlock
+    wait_granted(n);
+  }
+
+  bool try_lock(node& n) noexcept {
+    n.next.store(nullptr, std::memory_order_relaxed);
+    n.state.store(waiting, std::memory_order_relaxed);
+    node* expected = nullptr;
+    // Same pairing as the exchange in lock().
+    return tail_.compare_exchange_strong(expected, &n, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed);
+  }
+
+  void unlock(node& n) noexcept {
+    node* succ = n.next.load(std::memory_order_acquire);
+    if (succ == nullptr) {
+      node* expected = &n;
+      // Release: the next owner's exchange (acquire) sees our critical section.
+      if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
+                                        std::memory_order_relaxed)) {
+        return;
+      }
+      // A successor swapped the tail but has not linked in yet. It cannot sleep
+      // before linking, so wait for it by spinning, then yielding.
+      unsigned spins = 0;
+      while ((succ = n.next.load(std::memory_order_acquire)) == nullptr) {
+        detail::relax_or_yield<wait>(spins);
+      }
+    }
+    // Release hands the critical section over; the old value says if it sleeps.
+    const std::uint32_t old = succ->state.exchange(granted, std::memory_order_release);
+    if constexpr (wait::parks) {
+      // succ may already be running and have reused its node: a futex wake on the
+      // address is then a harmless spurious wake-up (see detail/futex.hpp).
+      if (old == sleeping) detail::unpark_one(succ->state);
+    }
+  }
+
+  // Lockable, with a per-thread node.
+  void lock() noexcept {
+    node& n = acquire_node();
+    lock(n);
+    owner_ = &n;
+  }
+
+  bool try_lock() noexcept {
+    node& n = acquire_node();
+    if (!try_lock(n)) {
+      release_node(n);
+      return false;
+    }
+    owner_ = &n;
+    return true;
+  }
+
+  void unlock() noexcept {
+    node* n = owner_;
+    HOTPATH_ASSERT(n != nullptr, "mcs_lock::unlock() without lock()");
+    unlock(*n);
+    release_node(*n);
+  }
+
+  // True if some thread holds or waits for the lock (a snapshot).
+  bool is_locked() const noexcept { return tail_.load(std::memory_order_relaxed) != nullptr; }
+
+ private:
+  void wait_granted(node& n) noexcept {
+    unsigned spins = 0;
+    for (;;) {
+      // Acquire pairs with the release exchange in the predecessor's unlock().
+      if (n.state.load(std::memory_order_acquire) == granted) return;
+      if (wait::relax(spins)) continue;
+      if constexpr (wait::parks) {
+        std::uint32_t expected = waiting;
+        // Acquire on failure: the failure can only be because we were granted.
+        if (n.state.compare_exchange_strong(expected, sleeping, std::memory_order_relaxed,
+                                            std::memory_order_acquire)) {
+          do {
+            detail::park(n.state, sleeping);
+          } while (n.state.load(std::memory_order_acquire) != granted);
+        }
+        return;
+      }
+    }
+  }
+
+  // Per-thread nodes for the Lockable form: a few inline (enough for ordinary
+  // nesting), heap-allocated beyond that.
+  static constexpr unsigned inline_nodes = 4;
+  struct thread_nodes {
+    node nodes[inline_nodes];
+    unsigned used = 0;  // bit i: nodes[i] is in use
+  };
+  static thread_nodes& local_nodes() noexcept {
+    thread_local thread_nodes t;
+    return t;
+  }
+  static node& acquire_node() noexcept {
+    thread_nodes& t = local_nodes();
+    for (unsigned i = 0; i < inline_nodes; ++i) {
+      if ((t.used & (1u << i)) == 0) {
+        t.used |= 1u << i;
+        return t.nodes[i];
+      }
+    }
+    return *new node;  // more than inline_nodes mcs_locks held at once
+  }
+  static void release_node(node& n) noexcept {
+    thread_nodes& t = local_nodes();
+    if (&n >= t.nodes && &n < t.nodes + inline_nodes) {
+      t.used &= ~(1u << static_cast<unsigned>(&n - t.nodes));
+    } else {
+      delete &n;
+    }
+  }
+
+  atomic<node*> tail_{nullptr};
+  node* owner_ = nullptr;  // the Lockable holder's node; only the holder touches it
+};
+
+using mcs_lock = basic_mcs_lock<>;
+
+}  // namespace hotpath

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// ticket_lock: the FIFO spinlock that Linux used before qspinlock.
+//
+//   next_     ticket dispenser: lock() takes next_++ as its ticket
+//   serving_  the ticket that may enter; unlock() advances it
+//   sleepers_ how many waiters are parked (only with a parking policy)
+//
+//   free:            next_ == serving_
+//   held, no queue:  next_ == serving_ + 1
+//   held, k waiting: next_ == serving_ + 1 + k     (tickets compared mod 2^32)
+//
+// Every waiter reads the one serving_ line, so each handoff invalidates all of
+// them: the reason Linux moved to queued locks. Kept as the baseline, and because
+// it is small and strictly fair.
+//
+// Parking: a waiter that spun its budget registers in sleepers_, then sleeps on
+// serving_ with futex channel (ticket mod 32); unlock wakes only the channel of the
+// next ticket, so one handoff wakes one thread, not the herd. unlock() checks
+// sleepers_ after its store without a locked instruction: the sleeper pays for the
+// store-load ordering with an asymmetric heavy fence (membarrier) instead.
+//
+// sizeof(ticket_lock) == 12.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/detail/futex.hpp"
+#include "hotpath/detail/membarrier.hpp"
+#include "hotpath/detail/policy.hpp"
+
+namespace hotpath {
+
+template <class Policy = default_policy>
+class basic_ticket_lock {
+  using wait = typename Policy::wait;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+
+ public:
+  constexpr basic_ticket_lock() noexcept = default;
+  basic_ticket_lock(const basic_ticket_lock&) = delete;
+  basic_ticket_lock& operator=(const basic_ticket_lock&) = delete;
+
+  void lock() noexcept {
+    // Relaxed: taking a ticket orders nothing; entry is ordered by the acquire
+    // load of serving_ below, which pairs with the release store in unlock().
+    const std::uint32_t ticket = next_.fetch_add(1, std::memory_order_relaxed);
+    if (serving_.load(std::memory_order_acquire) == ticket) return;
+    wait_for(ticket);
+  }
+
+  bool try_lock() noexcept {
+    std::uint32_t now = serving_.load(std::memory_order_acquire);
+    // Only when nobody holds or waits (next_ == serving_) is ticket `now` ours at
+    // once. Acquire on success pairs with the release store of serving_ that made
+    // it free (we read that value above, and the CAS reads next_ after it).
+    return next_.compare_exchange_strong(now, now + 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed);
+  }
+
+  void unlock() noexcept {
+    // Only the holder writes serving_, so a load + store needs no RMW.
+    const std::uint32_t next = serving_.load(std::memory_order_relaxed) + 1;
+    serving_.store(next, std::memory_order_release);  // pairs with the acquire in lock()
+    if constexpr (wait::parks) {
+      // Dekker with the sleeper's (sleepers_++, heavy_fence, load serving_).
+      detail::light_fence();
+      if (sleepers_.load(std::memory_order_relaxed) != 0) detail::unpark_channel(serving_, next);
+    }
+  }
+
+  // True if some thread holds the lock (a snapshot, for assertions and statistics).
+  bool is_locked() const noexcept {
+    return next_.load(std::memory_order_relaxed) != serving_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  void wait_for(std::uint32_t ticket) noexcept {
+    unsigned n = 0;
+    for (;;) {
+      if (serving_.load(std::memory_order_acquire) == ticket) return;
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        sleepers_.fetch_add(1, std::memory_order_relaxed);
+        detail::heavy_fence();  // pairs with light_fence() in unlock()
+        const std::uint32_t now = serving_.load(std::memory_order_relaxed);
+        if (now != ticket) detail::park(serving_, now, ticket);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        // Woken for our turn (or spuriously): spin again briefly before sleeping.
+        n = 0;
+      }
+    }
+  }
+
+  atomic<std::uint32_t> next_{0};
+  atomic<std::uint32_t> serving_{0};
+  atomic<std::uint32_t> sleepers_{0};
+};
+
+using ticket_lock = basic_ticket_lock<>;
+
+}  // namespace hotpath
