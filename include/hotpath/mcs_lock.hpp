@@ -149,8 +149,9 @@ class basic_mcs_lock {
       if (wait::relax(spins)) continue;
       if constexpr (wait::parks) {
         std::uint32_t expected = waiting;
-        // Acquire on failure: the failure can only be because we were granted.
-        if (n.state.compare_exchange_strong(expected, sleeping, std::memory_order_relaxed,
+        // Acquire on failure: the failure can only be because we were granted
+        // (pairs with the release exchange in unlock()).
+        if (n.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
           do {
             detail::park(n.state, sleeping);
