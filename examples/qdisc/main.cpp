@@ -34,7 +34,8 @@ using steady = std::chrono::steady_clock;
 struct options {
   std::vector<std::string> strategies;  // empty: all
   std::vector<unsigned> senders{1, 2, 4, 8};
-  double duration = 1.0;  // seconds per run
+  double duration = 0.4;  // seconds per run
+  unsigned repeat = 3;    // rounds; the table shows each strategy's median round
   std::size_t limit = 1000;
   std::size_t batch = 64;
   double tx_ns = 200;  // simulated transmit cost per packet
@@ -55,7 +56,10 @@ options:
   --strategies LIST  comma-separated subset of: %s
                      (default: all)
   --senders LIST     sender thread counts, comma-separated (default: 1,2,4,8)
-  --duration SEC     measured window per run (default: 1.0)
+  --duration SEC     measured window per run (default: 0.4)
+  --repeat N         rounds of every strategy, interleaved so that background load
+                     hits them alike; the table shows each one's median round by
+                     delivered packets/s (default: 3)
   --limit N          qdisc limit in packets, as txqueuelen (default: 1000)
   --batch N          most packets per dequeue, as dev_tx_weight (default: 64, at most 4096)
   --tx-ns NS         simulated transmit cost per packet, outside the lock (default: 200)
@@ -169,6 +173,8 @@ struct result {
   double tx_wait_p50 = 0, tx_wait_p99 = 0, enq_p50 = 0, enq_p99 = 0;
   double jain = 0, cpu_ns_per_pkt = 0;
   std::uint64_t swaps = 0;
+  unsigned round = 0;
+  bool median = false;  // the round the table shows
   bool balanced = true;
 };
 
@@ -374,8 +380,8 @@ std::string parse(int argc, char** argv, options& o, bool& help) {
       continue;
     }
     static constexpr std::string_view with_value[] = {
-        "--strategies", "--senders", "--duration", "--limit",  "--batch", "--tx-ns",
-        "--rate",       "--len",     "--swap-ms",  "--sample", "--json"};
+        "--strategies", "--senders", "--duration", "--repeat",  "--limit",  "--batch",
+        "--tx-ns",      "--rate",    "--len",      "--swap-ms", "--sample", "--json"};
     if (std::find(std::begin(with_value), std::end(with_value), arg) == std::end(with_value))
       return "unknown option '" + std::string(argv[i]) + "'";
     if (!has_value) {
@@ -403,6 +409,9 @@ std::string parse(int argc, char** argv, options& o, bool& help) {
     } else if (arg == "--duration") {
       if (!parse_num(value, o.duration) || o.duration <= 0 || o.duration > 3600)
         return bad + " (seconds, > 0)";
+    } else if (arg == "--repeat") {
+      if (!parse_num(value, o.repeat) || o.repeat == 0 || o.repeat > 1000)
+        return bad + " (1..1000)";
     } else if (arg == "--limit") {
       if (!parse_num(value, o.limit) || o.limit == 0 || o.limit > (1u << 16))
         return bad + " (1..65536)";
@@ -479,10 +488,10 @@ bool write_json(const std::string& path, const options& o, double ns_per_iter,
   std::ofstream f(path);
   if (!f) return false;
   f << "{\n  \"cores\": " << std::thread::hardware_concurrency()
-    << ",\n  \"duration_s\": " << o.duration << ",\n  \"limit\": " << o.limit
-    << ",\n  \"batch\": " << o.batch << ",\n  \"tx_ns\": " << o.tx_ns
-    << ",\n  \"rate_per_sender\": " << o.rate << ",\n  \"burn_ns_per_iter\": " << ns_per_iter
-    << ",\n  \"runs\": [\n";
+    << ",\n  \"duration_s\": " << o.duration << ",\n  \"repeat\": " << o.repeat
+    << ",\n  \"limit\": " << o.limit << ",\n  \"batch\": " << o.batch
+    << ",\n  \"tx_ns\": " << o.tx_ns << ",\n  \"rate_per_sender\": " << o.rate
+    << ",\n  \"burn_ns_per_iter\": " << ns_per_iter << ",\n  \"runs\": [\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const result& r = rs[i];
     f << "    {\"strategy\": \"" << r.strategy << "\", \"senders\": " << r.senders
@@ -494,7 +503,8 @@ bool write_json(const std::string& path, const options& o, double ns_per_iter,
       << ", \"tx_lock_wait_p99_ns\": " << r.tx_wait_p99 << ", \"enqueue_p50_ns\": " << r.enq_p50
       << ", \"enqueue_p99_ns\": " << r.enq_p99 << ", \"jain\": " << r.jain
       << ", \"cpu_ns_per_delivered\": " << r.cpu_ns_per_pkt << ", \"param_swaps\": " << r.swaps
-      << ", \"order_violations\": " << r.order_violations
+      << ", \"order_violations\": " << r.order_violations << ", \"round\": " << r.round
+      << ", \"median\": " << (r.median ? "true" : "false")
       << ", \"balanced\": " << (r.balanced ? "true" : "false") << "}"
       << (i + 1 < rs.size() ? "," : "") << "\n";
   }
@@ -524,40 +534,53 @@ int main(int argc, char** argv) {
   const auto tx_iters = static_cast<std::uint64_t>(o.tx_ns / ns_per_iter);
   std::printf(
       "hotpath-qdisc: limit %zu, batch %zu, transmit %.0f ns/packet (line rate %s pps), %s, "
-      "%.2f s per run\n",
+      "%u x %.2f s per run\n",
       o.limit, o.batch, o.tx_ns, o.tx_ns > 0 ? fmt_rate(1e9 / o.tx_ns).c_str() : "unbounded",
       o.rate > 0 ? ("offered " + fmt_rate(o.rate) + "pps per sender").c_str() : "stream load",
-      o.duration);
+      o.repeat, o.duration);
 
   std::vector<result> all;
   bool balanced = true;
   for (unsigned n : o.senders) {
-    std::vector<result> group;
-    for (auto& s : o.strategies) {
-      auto r = run_named(all_strategies{}, s, o, n, tx_iters);
-      if (!r->balanced) {
-        balanced = false;
-        std::fprintf(stderr,
-                     "hotpath-qdisc: %s, %u senders: accounting violated: offered %lld, "
-                     "enqueued %lld, dropped %lld, transmitted %lld, backlog %lld, "
-                     "out-of-order %lld\n",
-                     r->strategy.c_str(), n, static_cast<long long>(r->offered),
-                     static_cast<long long>(r->enqueued), static_cast<long long>(r->dropped),
-                     static_cast<long long>(r->transmitted), static_cast<long long>(r->backlog),
-                     static_cast<long long>(r->order_violations));
+    std::vector<std::vector<result>> rounds(o.strategies.size());
+    for (unsigned round = 0; round < o.repeat; ++round) {
+      for (std::size_t i = 0; i < o.strategies.size(); ++i) {
+        auto r = run_named(all_strategies{}, o.strategies[i], o, n, tx_iters);
+        r->round = round;
+        if (!r->balanced) {
+          balanced = false;
+          std::fprintf(stderr,
+                       "hotpath-qdisc: %s, %u senders: accounting violated: offered %lld, "
+                       "enqueued %lld, dropped %lld, transmitted %lld, backlog %lld, "
+                       "out-of-order %lld\n",
+                       r->strategy.c_str(), n, static_cast<long long>(r->offered),
+                       static_cast<long long>(r->enqueued), static_cast<long long>(r->dropped),
+                       static_cast<long long>(r->transmitted), static_cast<long long>(r->backlog),
+                       static_cast<long long>(r->order_violations));
+        }
+        rounds[i].push_back(*r);
       }
-      group.push_back(*r);
     }
-    print_group(group);
+    std::vector<result> medians;
+    for (auto& rs : rounds) {
+      std::sort(rs.begin(), rs.end(),
+                [](const result& a, const result& b) { return a.delivered_pps < b.delivered_pps; });
+      rs[rs.size() / 2].median = true;
+      medians.push_back(rs[rs.size() / 2]);
+      all.insert(all.end(), rs.begin(), rs.end());
+    }
+    print_group(medians);
     std::fflush(stdout);
-    all.insert(all.end(), group.begin(), group.end());
   }
   std::printf(
-      "\ndelivered/s: packets transmitted per second; vs busy: against busylock in this run; "
-      "tx%%: share of\nthe transmit thread's time spent transmitting; tx wait: its wait for "
-      "the qdisc lock per batch;\nJain: fairness of delivered packets across senders; CPU/pkt: "
-      "process CPU per delivered packet\n(includes the %.0f ns simulated transmit).\n",
-      o.tx_ns);
+      "\nEach row is that strategy's median of %u rounds (by delivered/s); vs busy: its ratio to\n"
+      "busylock's median row. delivered/s: packets transmitted per second; tx%%: share of the\n"
+      "transmit thread's time spent transmitting; tx wait: its wait for the qdisc lock per batch;\n"
+      "enqueue: one enqueue() call as a sender sees it; Jain: fairness of delivered packets "
+      "across\n"
+      "senders; CPU/pkt: process CPU per delivered packet (includes the %.0f ns simulated "
+      "transmit).\n",
+      o.repeat, o.tx_ns);
   if (!o.json.empty() && !write_json(o.json, o, ns_per_iter, all)) {
     std::fprintf(stderr, "hotpath-qdisc: cannot write %s\n", o.json.c_str());
     return 1;
