@@ -34,14 +34,15 @@ using steady = std::chrono::steady_clock;
 struct options {
   std::vector<std::string> strategies;  // empty: all
   std::vector<unsigned> senders{1, 2, 4, 8};
-  double duration = 0.4;  // seconds per run
-  unsigned repeat = 3;    // rounds; the table shows each strategy's median round
+  double duration = 0.25;  // seconds per run
+  unsigned repeat = 5;     // rounds; the table shows each strategy's median round
   std::size_t limit = 1000;
   std::size_t batch = 64;
-  double tx_ns = 200;  // simulated transmit cost per packet
-  double rate = 0;     // packets/s per sender; 0: stream (as fast as possible)
+  double tx_ns = 200;   // simulated transmit cost per packet
+  double rate = 0;      // packets/s per sender; 0: stream (as fast as possible)
+  double build_ns = 0;  // sender work per packet outside the lock
   std::uint32_t len = 1000;
-  double swap_ms = 0;   // swap the parameter block this often (same values)
+  double swap_ms = 50;  // swap the parameter block this often (same values)
   unsigned sample = 8;  // time one enqueue in `sample`
   std::string json;
 };
@@ -56,17 +57,18 @@ options:
   --strategies LIST  comma-separated subset of: %s
                      (default: all)
   --senders LIST     sender thread counts, comma-separated (default: 1,2,4,8)
-  --duration SEC     measured window per run (default: 0.4)
+  --duration SEC     measured window per run (default: 0.25)
   --repeat N         rounds of every strategy, interleaved so that background load
                      hits them alike; the table shows each one's median round by
-                     delivered packets/s (default: 3)
+                     delivered packets/s (default: 5)
   --limit N          qdisc limit in packets, as txqueuelen (default: 1000)
   --batch N          most packets per dequeue, as dev_tx_weight (default: 64, at most 4096)
   --tx-ns NS         simulated transmit cost per packet, outside the lock (default: 200)
   --rate PPS         offered packets/s per sender; 0 = stream load (default: 0)
+  --build-ns NS      sender work per packet before enqueue, outside the lock (default: 0)
   --len BYTES        packet length, for the byte counter (default: 1000)
   --swap-ms MS       a control thread swaps in a fresh parameter block (same values)
-                     every MS milliseconds while traffic runs; 0 = never (default: 0)
+                     every MS milliseconds while traffic runs; 0 = never (default: 50)
   --sample N         time one enqueue in N for the latency percentiles (default: 8)
   --json FILE        also write every result to FILE as JSON
   --help             this text
@@ -154,6 +156,14 @@ double calibrate_ns_per_iter() {
   return best;
 }
 
+// The 1-minute load average, so that a reader sees how busy the machine was.
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string one;
+  if (!(f >> one)) return "unknown";
+  return one;
+}
+
 double jain(const std::vector<std::uint64_t>& x) {
   double s = 0, s2 = 0;
   for (auto v : x) {
@@ -170,6 +180,9 @@ struct result {
   std::int64_t offered = 0, enqueued = 0, dropped = 0, transmitted = 0, backlog = 0;
   std::int64_t order_violations = 0;
   double delivered_pps = 0, drop_pct = 0, tx_util = 0;
+  double tx_wait_share = 0;  // share of the window spent waiting for the qdisc lock
+  double tx_idle_share = 0;  // share spent finding the FIFO empty (polling, then yielding)
+  double tx_cpu_share = 0;   // the transmit thread's CPU time over the window
   double tx_wait_p50 = 0, tx_wait_p99 = 0, enq_p50 = 0, enq_p99 = 0;
   double jain = 0, cpu_ns_per_pkt = 0;
   std::uint64_t swaps = 0;
@@ -181,7 +194,7 @@ struct result {
 // ---------------------------------------------------------------- one run
 
 template <class Strategy>
-result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
+result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uint64_t build_iters) {
   qdisc<Strategy> q(params{o.limit, o.batch}, std::max<std::size_t>(o.limit, 8192));
   std::atomic<unsigned> ready{0};
   std::atomic<bool> go{false}, stop{false};
@@ -207,6 +220,7 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
             std::this_thread::yield();
         }
       }
+      burn(build_iters);
       packet p{id, seq++, o.len, 0};
       if (seq % o.sample == 0) {
         const auto t0 = now_ns();
@@ -224,7 +238,7 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
   histogram wait_hist;
   std::vector<std::uint64_t> delivered(nsenders);
   std::int64_t order_violations = 0;
-  std::uint64_t busy_ns = 0, tx_t0 = 0, tx_t1 = 0;
+  std::uint64_t idle_ns = 0, busy_ns = 0, wait_ns = 0, tx_t0 = 0, tx_t1 = 0, tx_cpu = 0;
   auto transmitter = [&] {
     std::vector<packet> buf(4096);
     std::vector<std::int64_t> last(nsenders, -1);
@@ -233,14 +247,21 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
       std::this_thread::yield();
     tx_t0 = now_ns();
     while (!stop.load(std::memory_order_relaxed)) {
-      if (q.backlog() == 0) {  // idle: do not hammer the lock
-        std::this_thread::yield();
+      if (q.backlog() == 0) {
+        // Idle: poll the backlog hint (not the lock) for up to 20 us, as a busy-polling
+        // driver would, then give the cpu away once.
+        const auto i0 = now_ns();
+        while (q.backlog() == 0 && now_ns() - i0 < 20000 && !stop.load(std::memory_order_relaxed))
+          hotpath::detail::cpu_relax();
+        if (q.backlog() == 0) std::this_thread::yield();
+        idle_ns += now_ns() - i0;
         continue;
       }
       const auto t0 = now_ns();
       std::uint64_t t_acq = 0;
       const std::size_t n = q.dequeue_batch(buf.data(), buf.size(), [&] { t_acq = now_ns(); });
       wait_hist.add(t_acq - t0);
+      wait_ns += t_acq - t0;
       if (n == 0) continue;
       const auto b0 = now_ns();
       for (std::size_t i = 0; i < n; ++i) {
@@ -253,6 +274,10 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
       busy_ns += now_ns() - b0;
     }
     tx_t1 = now_ns();
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    tx_cpu = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u +
+             static_cast<std::uint64_t>(ts.tv_nsec);
   };
 
   std::uint64_t swaps = 0;
@@ -303,6 +328,9 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters) {
   r.drop_pct =
       r.offered ? 100.0 * static_cast<double>(r.dropped) / static_cast<double>(r.offered) : 0;
   r.tx_util = static_cast<double>(busy_ns) / static_cast<double>(tx_t1 - tx_t0);
+  r.tx_idle_share = static_cast<double>(idle_ns) / static_cast<double>(tx_t1 - tx_t0);
+  r.tx_wait_share = static_cast<double>(wait_ns) / static_cast<double>(tx_t1 - tx_t0);
+  r.tx_cpu_share = static_cast<double>(tx_cpu) / static_cast<double>(tx_t1 - tx_t0);
   r.tx_wait_p50 = wait_hist.quantile(0.50);
   r.tx_wait_p99 = wait_hist.quantile(0.99);
   histogram all;
@@ -331,9 +359,10 @@ std::vector<std::string> names(strategy_list<S...>) {
 
 template <class... S>
 std::optional<result> run_named(strategy_list<S...>, const std::string& name, const options& o,
-                                unsigned senders, std::uint64_t tx_iters) {
+                                unsigned senders, std::uint64_t tx_iters,
+                                std::uint64_t build_iters) {
   std::optional<result> r;
-  ((name == S::name ? (void)(r = run<S>(o, senders, tx_iters)) : void()), ...);
+  ((name == S::name ? (void)(r = run<S>(o, senders, tx_iters, build_iters)) : void()), ...);
   return r;
 }
 
@@ -380,8 +409,8 @@ std::string parse(int argc, char** argv, options& o, bool& help) {
       continue;
     }
     static constexpr std::string_view with_value[] = {
-        "--strategies", "--senders", "--duration", "--repeat",  "--limit",  "--batch",
-        "--tx-ns",      "--rate",    "--len",      "--swap-ms", "--sample", "--json"};
+        "--strategies", "--senders",  "--duration", "--repeat",  "--limit",  "--batch", "--tx-ns",
+        "--rate",       "--build-ns", "--len",      "--swap-ms", "--sample", "--json"};
     if (std::find(std::begin(with_value), std::end(with_value), arg) == std::end(with_value))
       return "unknown option '" + std::string(argv[i]) + "'";
     if (!has_value) {
@@ -421,6 +450,9 @@ std::string parse(int argc, char** argv, options& o, bool& help) {
       if (!parse_num(value, o.tx_ns) || o.tx_ns < 0 || o.tx_ns > 1e7) return bad + " (0..1e7)";
     } else if (arg == "--rate") {
       if (!parse_num(value, o.rate) || o.rate < 0) return bad + " (packets/s, >= 0)";
+    } else if (arg == "--build-ns") {
+      if (!parse_num(value, o.build_ns) || o.build_ns < 0 || o.build_ns > 1e7)
+        return bad + " (0..1e7)";
     } else if (arg == "--len") {
       if (!parse_num(value, o.len) || o.len == 0 || o.len > 65535) return bad + " (1..65535)";
     } else if (arg == "--swap-ms") {
@@ -467,31 +499,34 @@ void print_group(const std::vector<result>& rs) {
     if (r.strategy == busylock_strategy::name) base = &r;
   std::printf("\n%u sender%s + 1 transmit thread, %u cores\n", rs[0].senders,
               rs[0].senders == 1 ? "" : "s", std::thread::hardware_concurrency());
-  std::printf("%-13s %10s %7s %10s %6s %6s %17s %17s %5s %9s\n", "strategy", "delivered/s",
-              "vs busy", "dropped", "drop%", "tx%", "tx wait p50/p99", "enqueue p50/p99", "Jain",
-              "CPU/pkt");
+  std::printf("%-12s %11s %7s %9s %6s %4s %5s %5s %4s %17s %17s %5s %8s\n", "strategy",
+              "delivered/s", "vs busy", "dropped", "drop%", "tx%", "wait%", "idle%", "cpu%",
+              "tx wait p50/p99", "enqueue p50/p99", "Jain", "CPU/pkt");
   for (auto& r : rs) {
     char ratio[16] = "-";
     if (base && base->delivered_pps > 0)
       std::snprintf(ratio, sizeof ratio, "%.2fx", r.delivered_pps / base->delivered_pps);
-    std::printf("%-13s %10s %7s %10lld %5.1f%% %5.1f%% %8s/%-8s %8s/%-8s %5.2f %9s%s\n",
-                r.strategy.c_str(), fmt_rate(r.delivered_pps).c_str(), ratio,
-                static_cast<long long>(r.dropped), r.drop_pct, 100 * r.tx_util,
-                fmt_ns(r.tx_wait_p50).c_str(), fmt_ns(r.tx_wait_p99).c_str(),
-                fmt_ns(r.enq_p50).c_str(), fmt_ns(r.enq_p99).c_str(), r.jain,
-                fmt_ns(r.cpu_ns_per_pkt).c_str(), r.balanced ? "" : "  UNBALANCED");
+    std::printf(
+        "%-12s %11s %7s %9lld %5.1f%% %3.0f%% %4.0f%% %4.0f%% %3.0f%% %8s/%-8s %8s/%-8s %5.2f "
+        "%8s%s\n",
+        r.strategy.c_str(), fmt_rate(r.delivered_pps).c_str(), ratio,
+        static_cast<long long>(r.dropped), r.drop_pct, 100 * r.tx_util, 100 * r.tx_wait_share,
+        100 * r.tx_idle_share, 100 * r.tx_cpu_share, fmt_ns(r.tx_wait_p50).c_str(),
+        fmt_ns(r.tx_wait_p99).c_str(), fmt_ns(r.enq_p50).c_str(), fmt_ns(r.enq_p99).c_str(), r.jain,
+        fmt_ns(r.cpu_ns_per_pkt).c_str(), r.balanced ? "" : "  UNBALANCED");
   }
 }
 
 bool write_json(const std::string& path, const options& o, double ns_per_iter,
-                const std::vector<result>& rs) {
+                const std::string& load, const std::vector<result>& rs) {
   std::ofstream f(path);
   if (!f) return false;
-  f << "{\n  \"cores\": " << std::thread::hardware_concurrency()
-    << ",\n  \"duration_s\": " << o.duration << ",\n  \"repeat\": " << o.repeat
+  f << "{\n  \"cores\": " << std::thread::hardware_concurrency() << ",\n  \"loadavg_1min\": \""
+    << load << "\",\n  \"duration_s\": " << o.duration << ",\n  \"repeat\": " << o.repeat
     << ",\n  \"limit\": " << o.limit << ",\n  \"batch\": " << o.batch
-    << ",\n  \"tx_ns\": " << o.tx_ns << ",\n  \"rate_per_sender\": " << o.rate
-    << ",\n  \"burn_ns_per_iter\": " << ns_per_iter << ",\n  \"runs\": [\n";
+    << ",\n  \"tx_ns\": " << o.tx_ns << ",\n  \"build_ns\": " << o.build_ns
+    << ",\n  \"rate_per_sender\": " << o.rate << ",\n  \"burn_ns_per_iter\": " << ns_per_iter
+    << ",\n  \"runs\": [\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const result& r = rs[i];
     f << "    {\"strategy\": \"" << r.strategy << "\", \"senders\": " << r.senders
@@ -499,7 +534,9 @@ bool write_json(const std::string& path, const options& o, double ns_per_iter,
       << ", \"enqueued\": " << r.enqueued << ", \"dropped\": " << r.dropped
       << ", \"transmitted\": " << r.transmitted << ", \"backlog\": " << r.backlog
       << ", \"delivered_pps\": " << r.delivered_pps << ", \"drop_pct\": " << r.drop_pct
-      << ", \"tx_utilisation\": " << r.tx_util << ", \"tx_lock_wait_p50_ns\": " << r.tx_wait_p50
+      << ", \"tx_utilisation\": " << r.tx_util << ", \"tx_lock_wait_share\": " << r.tx_wait_share
+      << ", \"tx_idle_share\": " << r.tx_idle_share << ", \"tx_cpu_share\": " << r.tx_cpu_share
+      << ", \"tx_lock_wait_p50_ns\": " << r.tx_wait_p50
       << ", \"tx_lock_wait_p99_ns\": " << r.tx_wait_p99 << ", \"enqueue_p50_ns\": " << r.enq_p50
       << ", \"enqueue_p99_ns\": " << r.enq_p99 << ", \"jain\": " << r.jain
       << ", \"cpu_ns_per_delivered\": " << r.cpu_ns_per_pkt << ", \"param_swaps\": " << r.swaps
@@ -532,12 +569,16 @@ int main(int argc, char** argv) {
 
   const double ns_per_iter = calibrate_ns_per_iter();
   const auto tx_iters = static_cast<std::uint64_t>(o.tx_ns / ns_per_iter);
+  const auto build_iters = static_cast<std::uint64_t>(o.build_ns / ns_per_iter);
+  const std::string load = loadavg();
   std::printf(
       "hotpath-qdisc: limit %zu, batch %zu, transmit %.0f ns/packet (line rate %s pps), %s, "
-      "%u x %.2f s per run\n",
+      "%u x %.2f s per run\n%u cores; load average before the run: %s (other work on the "
+      "machine skews every figure)\n",
       o.limit, o.batch, o.tx_ns, o.tx_ns > 0 ? fmt_rate(1e9 / o.tx_ns).c_str() : "unbounded",
       o.rate > 0 ? ("offered " + fmt_rate(o.rate) + "pps per sender").c_str() : "stream load",
-      o.repeat, o.duration);
+      o.repeat, o.duration, std::thread::hardware_concurrency(), load.c_str());
+  if (o.build_ns > 0) std::printf("senders spend %.0f ns per packet before enqueue\n", o.build_ns);
 
   std::vector<result> all;
   bool balanced = true;
@@ -545,7 +586,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<result>> rounds(o.strategies.size());
     for (unsigned round = 0; round < o.repeat; ++round) {
       for (std::size_t i = 0; i < o.strategies.size(); ++i) {
-        auto r = run_named(all_strategies{}, o.strategies[i], o, n, tx_iters);
+        auto r = run_named(all_strategies{}, o.strategies[i], o, n, tx_iters, build_iters);
         r->round = round;
         if (!r->balanced) {
           balanced = false;
@@ -574,14 +615,22 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nEach row is that strategy's median of %u rounds (by delivered/s); vs busy: its ratio to\n"
-      "busylock's median row. delivered/s: packets transmitted per second; tx%%: share of the\n"
-      "transmit thread's time spent transmitting; tx wait: its wait for the qdisc lock per batch;\n"
+      "busylock's median row. delivered/s: packets transmitted per second. The transmit thread's\n"
+      "window: tx%% transmitting, wait%% waiting for the qdisc lock, idle%% finding the FIFO "
+      "empty;\n"
+      "cpu%% its CPU time over the window; tx wait: its lock wait per batch (p50/p99);\n"
       "enqueue: one enqueue() call as a sender sees it; Jain: fairness of delivered packets "
       "across\n"
       "senders; CPU/pkt: process CPU per delivered packet (includes the %.0f ns simulated "
       "transmit).\n",
       o.repeat, o.tx_ns);
-  if (!o.json.empty() && !write_json(o.json, o, ns_per_iter, all)) {
+  std::uint64_t swaps = 0;
+  for (auto& r : all)
+    swaps += r.swaps;
+  if (swaps != 0)
+    std::printf("Parameters (limit, batch) were swapped %llu times while traffic ran (rcu_cell).\n",
+                static_cast<unsigned long long>(swaps));
+  if (!o.json.empty() && !write_json(o.json, o, ns_per_iter, load, all)) {
     std::fprintf(stderr, "hotpath-qdisc: cannot write %s\n", o.json.c_str());
     return 1;
   }
