@@ -136,7 +136,7 @@ class histogram {
 };
 
 // The simulated transmit: a fixed amount of CPU work, calibrated once.
-std::uint64_t burn_sink = 0;
+thread_local std::uint64_t burn_sink = 0;  // per thread: a shared sink would bounce a line
 void burn(std::uint64_t iters) {
   std::uint64_t x = burn_sink;
   for (std::uint64_t i = 0; i < iters; ++i) {
