@@ -96,11 +96,13 @@ TEST(McsLock, DeepNestingBeyondInlineNodes) {
   int sum = 0;
   auto worker = [&] {
     for (int i = 0; i < 200; ++i) {
-      for (auto& l : locks)
+      for (auto& l : locks) {
         l.lock();
+      }
       ++sum;
-      for (auto it = locks.rbegin(); it != locks.rend(); ++it)
+      for (auto it = locks.rbegin(); it != locks.rend(); ++it) {
         it->unlock();
+      }
     }
   };
   std::thread a(worker), b(worker);
