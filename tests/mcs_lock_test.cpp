@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <ranges>
 #include <type_traits>
 
 #include "support/lock_suite.hpp"
@@ -100,8 +101,8 @@ TEST(McsLock, DeepNestingBeyondInlineNodes) {
         l.lock();
       }
       ++sum;
-      for (auto it = locks.rbegin(); it != locks.rend(); ++it) {
-        it->unlock();
+      for (auto& l : std::views::reverse(locks)) {
+        l.unlock();
       }
     }
   };
