@@ -3,4 +3,6 @@
 #pragma once
 
 #include "hotpath/mcs_lock.hpp"
+#include "hotpath/percpu.hpp"
+#include "hotpath/percpu_counter.hpp"
 #include "hotpath/ticket_lock.hpp"
