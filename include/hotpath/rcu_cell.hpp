@@ -30,7 +30,7 @@ class basic_rcu_cell {
   // Keeps a read-side section open and the value it found alive.
   class guard {
    public:
-    explicit guard(const basic_rcu_cell& c) noexcept : dom_(domain::instance()) {
+    explicit guard(const basic_rcu_cell& c) noexcept : dom_(c.dom_) {
       dom_.lock();
       // Acquire pairs with the release exchange in publish(): the T is constructed.
       p_ = c.ptr_.load(std::memory_order_acquire);
@@ -91,10 +91,12 @@ class basic_rcu_cell {
     // Release pairs with the acquire load in guard: readers see a constructed T.
     return ptr_.exchange(fresh, std::memory_order_acq_rel);
   }
-  static void retire(T* old) { rcu_retire(old, std::default_delete<T>(), domain::instance()); }
+  void retire(T* old) { rcu_retire(old, std::default_delete<T>(), dom_); }
 
-  // Read on every packet; writers' lock on a line of its own.
+  // Read on every packet (the domain beside it saves readers a static-init check);
+  // writers' lock on a line of its own.
   alignas(cache_line_size) typename Policy::template atomic<T*> ptr_;
+  domain& dom_ = domain::instance();
   alignas(cache_line_size) std::mutex writer_;
 };
 
