@@ -45,6 +45,8 @@ inline bool membarrier_available() noexcept {
 // ThreadSanitizer ignores atomic_thread_fence (and GCC warns about it): both sides
 // do a seq_cst RMW on one shared word instead, which orders them just as a pair of
 // fences would (the later RMW reads from the earlier) and which TSan does model.
+// The price: TSan then sees every fencing thread synchronise with every earlier
+// one, so a race whose two sides both pass a fence can hide in sanitizer builds.
 inline std::atomic<unsigned> tsan_fence_word{0};
 #endif
 
