@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <ranges>
 #include <type_traits>
 
 #include "support/lock_suite.hpp"
@@ -96,11 +97,13 @@ TEST(McsLock, DeepNestingBeyondInlineNodes) {
   int sum = 0;
   auto worker = [&] {
     for (int i = 0; i < 200; ++i) {
-      for (auto& l : locks)
+      for (auto& l : locks) {
         l.lock();
+      }
       ++sum;
-      for (auto it = locks.rbegin(); it != locks.rend(); ++it)
-        it->unlock();
+      for (auto& l : std::views::reverse(locks)) {
+        l.unlock();
+      }
     }
   };
   std::thread a(worker), b(worker);
@@ -115,10 +118,12 @@ TEST(McsLock, WaitersParkInsteadOfBurningCpu) {
   basic_mcs_lock<spin_policy> spinning;
   const auto parked = cpu_while_waiting(parking, 4, 50ms, 300ms);
   const auto spun = cpu_while_waiting(spinning, 4, 50ms, 300ms);
-  // Spinners compete with whatever else runs on the machine: a third of the hold
-  // is a conservative floor; parked waiters must cost less than a tenth of it.
+  // Parked waiters must cost next to nothing, whatever else the machine runs. The
+  // spinning control shows the measurement can see waiting: on a loaded machine it
+  // gets less than two cores, so it is held only to a floor and to the contrast.
   EXPECT_LT(parked, 30ms) << "parked waiters used " << parked.count() << " ns of CPU";
-  EXPECT_GT(spun, 100ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
+  EXPECT_GT(spun, 20ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
+  EXPECT_GT(spun, 4 * parked);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ int main() {
   std::map<std::string, long> hits;
 
   std::vector<std::thread> workers;
+  workers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     workers.emplace_back([&, t] {
       for (int i = 0; i < 100000; ++i) {

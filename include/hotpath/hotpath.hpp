@@ -3,4 +3,8 @@
 #pragma once
 
 #include "hotpath/mcs_lock.hpp"
+#include "hotpath/percpu.hpp"
+#include "hotpath/percpu_counter.hpp"
+#include "hotpath/rcu.hpp"
+#include "hotpath/rcu_cell.hpp"
 #include "hotpath/ticket_lock.hpp"

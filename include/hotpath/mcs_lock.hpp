@@ -138,7 +138,9 @@ class basic_mcs_lock {
   }
 
   // True if some thread holds or waits for the lock (a snapshot).
-  bool is_locked() const noexcept { return tail_.load(std::memory_order_relaxed) != nullptr; }
+  [[nodiscard]] bool is_locked() const noexcept {
+    return tail_.load(std::memory_order_relaxed) != nullptr;
+  }
 
  private:
   void wait_granted(node& n) noexcept {
@@ -181,7 +183,9 @@ class basic_mcs_lock {
         return t.nodes[i];
       }
     }
-    return *new node;  // more than inline_nodes mcs_locks held at once
+    // More than inline_nodes mcs_locks held at once. Out of memory here ends the
+    // process, as it would for a std::mutex that cannot be created.
+    return *new node;  // NOLINT(bugprone-unhandled-exception-at-new)
   }
   static void release_node(node& n) noexcept {
     thread_nodes& t = local_nodes();

@@ -72,7 +72,7 @@ class basic_ticket_lock {
   }
 
   // True if some thread holds the lock (a snapshot, for assertions and statistics).
-  bool is_locked() const noexcept {
+  [[nodiscard]] bool is_locked() const noexcept {
     return next_.load(std::memory_order_relaxed) != serving_.load(std::memory_order_relaxed);
   }
 

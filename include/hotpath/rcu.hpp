@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: MIT
+// RCU (read-copy-update) with the names of P2545, C++26 <rcu>: rcu_domain,
+// rcu_default_domain(), rcu_synchronize, rcu_retire, rcu_obj_base<T, D>, rcu_barrier.
+// Code written against hotpath should move to std:: by changing a namespace.
+//
+// The read side is liburcu's memb flavour: a reader copies the domain's grace-period
+// sequence into its own word, on its own cache line, with a compiler barrier; the
+// writer's heavy_fence() (membarrier) makes that store visible. Each reader word:
+//
+//   ctr == 0                 outside any read-side section (or the slot is free)
+//   ctr == s > 0             inside a section that began when gp_seq_ was s
+//
+// A grace period: heavy_fence(); t = ++gp_seq_; then wait until every reader word
+// is 0 or >= t. A reader with ctr >= t loaded gp_seq_ after the fence, so it sees
+// every removal made before the grace period began; gp_seq_ is 64 bits and never
+// wraps, so one pass suffices (liburcu flips a phase bit twice instead). Readers
+// that keep re-entering do not starve the writer: their word moves to >= t.
+//
+// Threads get a reader slot on their first lock() and give it back when they exit
+// (a thread_local hook); slots live in a grow-only list and are reused, so
+// registering never blocks and a writer never waits for an exited thread.
+//
+// Retire pushes onto a lock-free list and never waits for a grace period: when a
+// batch has gathered, a retiring thread outside any read-side section starts a
+// grace period for it and polls it on later retires; reclamation runs the batch
+// once every reader has passed. rcu_synchronize and rcu_barrier are the only calls
+// that block, and calling them inside a read-side section is a precondition
+// violation (it would wait for itself), asserted in debug builds.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/detail/membarrier.hpp"
+#include "hotpath/detail/policy.hpp"
+
+namespace hotpath {
+
+namespace detail {
+// An entry in a domain's retire list: rcu_obj_base derives from it, rcu_retire
+// allocates one around the pointer.
+struct rcu_node {
+  rcu_node* rcu_next = nullptr;
+  void (*rcu_reclaim)(rcu_node*) noexcept = nullptr;
+};
+}  // namespace detail
+
+// A domain: the set of readers a grace period waits for. As in P2545 there are no
+// public constructors; basic_rcu_domain<Policy>::instance() is the one domain per
+// policy (the policy's wait strategy is how a grace period waits for readers).
+template <class Policy = default_policy>
+class basic_rcu_domain {
+  using wait = typename Policy::wait;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+
+ public:
+  // Retired objects gathered before a grace period is started for them.
+  static constexpr std::size_t batch_size = 64;
+
+  // Never destroyed: threads and retired objects may outlive static destruction.
+  static basic_rcu_domain& instance() noexcept {
+    static basic_rcu_domain* const d = new basic_rcu_domain;
+    return *d;
+  }
+
+  basic_rcu_domain(const basic_rcu_domain&) = delete;
+  basic_rcu_domain& operator=(const basic_rcu_domain&) = delete;
+
+  // Lockable: read-side sections. They nest; only the outermost touches shared state.
+  void lock() noexcept {
+    thread_state& s = local();
+    if (s.nesting++ != 0) return;
+    reader* r = s.rec;
+    if (r == nullptr) [[unlikely]]
+      r = register_thread(s);
+    // Relaxed load: a stale sequence only makes writers wait for us longer.
+    // Release store: a writer's acquire load of this word then also sees our
+    // previous section finished (pairs with the acquire in passed()).
+    r->ctr.store(gp_seq_.load(std::memory_order_relaxed), std::memory_order_release);
+    // Orders the store before the section's loads; pairs with heavy_fence() in
+    // start_grace_period() (membarrier, or a full fence on both sides without it).
+    detail::light_fence();
+  }
+
+  bool try_lock() noexcept {
+    lock();
+    return true;
+  }
+
+  void unlock() noexcept {
+    thread_state& s = local();
+    HOTPATH_ASSERT(s.nesting > 0, "rcu_domain::unlock() outside a read-side section");
+    if (--s.nesting != 0) return;
+    // Release: the section's loads happen before a writer's acquire load of 0 in
+    // passed(), which then frees what we read.
+    s.rec->ctr.store(0, std::memory_order_release);
+  }
+
+  // Is the calling thread inside a read-side section of this domain?
+  static bool in_read_section() noexcept { return local().nesting != 0; }
+
+  // Returns after every read-side section that began before the call has ended.
+  void synchronize() noexcept {
+    HOTPATH_ASSERT(!in_read_section(), "rcu_synchronize() inside a read-side section");
+    wait_for_readers(start_grace_period());
+  }
+
+  // Schedules n->rcu_reclaim(n) after a grace period. Never blocks.
+  void retire(detail::rcu_node* n) noexcept {
+    detail::rcu_node* head = pending_.load(std::memory_order_relaxed);
+    do {
+      n->rcu_next = head;
+      // Release: the reclaimer's exchange (acquire) in take_pending() sees *n.
+    } while (!pending_.compare_exchange_weak(head, n, std::memory_order_release,
+                                             std::memory_order_relaxed));
+    const std::size_t count = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const thread_state& s = local();
+    // Never reclaim inside our own section (it would wait for us) or from a deleter.
+    if (count >= batch_size && s.nesting == 0 && !s.reclaiming) poll();
+  }
+
+  // Returns after every retire scheduled before the call has been reclaimed.
+  void barrier() noexcept {
+    HOTPATH_ASSERT(!in_read_section(), "rcu_barrier() inside a read-side section");
+    thread_state& s = local();
+    HOTPATH_ASSERT(!s.reclaiming, "rcu_barrier() from a deleter");
+    std::scoped_lock l(reclaim_mutex_);
+    // A batch another thread took before us: its grace period is running.
+    if (batch_ != nullptr) {
+      wait_for_readers(batch_gp_);
+      run(std::exchange(batch_, nullptr));
+    }
+    if (detail::rcu_node* b = take_pending()) {
+      wait_for_readers(start_grace_period());
+      run(b);
+    }
+  }
+
+  // Reader slots ever allocated (a diagnostic: bounded by the peak thread count).
+  std::size_t reader_slots() const noexcept {
+    std::size_t n = 0;
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next)
+      ++n;
+    return n;
+  }
+
+ private:
+  basic_rcu_domain() noexcept { detail::membarrier_available(); }
+
+  struct alignas(cache_line_size) reader {
+    atomic<std::uint64_t> ctr{0};
+    atomic<bool> in_use{true};
+    reader* next = nullptr;  // immutable once published
+  };
+
+  // Constant-initialised and trivially destructible: no TLS guard on the fast path.
+  struct thread_state {
+    reader* rec = nullptr;
+    unsigned nesting = 0;
+    bool reclaiming = false;
+    bool exited = false;  // the exit hook has run (thread_local destruction)
+  };
+  static thread_state& local() noexcept {
+    thread_local thread_state s;
+    return s;
+  }
+
+  // Gives the slot back when the thread exits.
+  struct exit_hook {
+    ~exit_hook() {
+      thread_state& s = local();
+      s.exited = true;
+      if (s.rec == nullptr) return;
+      // A thread that exits inside a section broke a precondition; free it anyway.
+      s.rec->ctr.store(0, std::memory_order_release);
+      s.rec->in_use.store(false, std::memory_order_release);  // read by claim_slot()
+      s.rec = nullptr;
+    }
+  };
+
+  reader* register_thread(thread_state& s) noexcept {
+    // Past the exit hook (another thread_local's destructor reads under RCU): take a
+    // slot that is never given back; with ctr 0 it costs writers nothing.
+    if (!s.exited) {
+      thread_local exit_hook hook;
+      (void)hook;
+    }
+    s.rec = claim_slot();
+    return s.rec;
+  }
+
+  reader* claim_slot() noexcept {
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+      bool expected = false;
+      // Acquire pairs with the release store of false in exit_hook.
+      if (!r->in_use.load(std::memory_order_relaxed) &&
+          r->in_use.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+        return r;
+      }
+    }
+    auto* r = new reader;
+    reader* head = readers_.load(std::memory_order_relaxed);
+    do {
+      r->next = head;
+      // seq_cst: the push and our first ctr store come before light_fence(), so a
+      // writer whose scan missed this slot is one whose removal we will see.
+    } while (!readers_.compare_exchange_weak(head, r, std::memory_order_seq_cst,
+                                             std::memory_order_relaxed));
+    return r;
+  }
+
+  // Orders the caller's removals before every later reader's loads, then opens
+  // a new sequence number t: a reader whose word is >= t began after this point.
+  std::uint64_t start_grace_period() noexcept {
+    detail::heavy_fence();  // pairs with light_fence() in lock()
+    return gp_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
+  // Has r left every section that began before sequence t?
+  static bool passed(const reader& r, std::uint64_t t) noexcept {
+    // Acquire pairs with the release stores in lock() and unlock().
+    const std::uint64_t c = r.ctr.load(std::memory_order_acquire);
+    return c == 0 || c >= t;
+  }
+
+  bool readers_passed(std::uint64_t t) const noexcept {
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+      if (!passed(*r, t)) return false;
+    }
+    return true;
+  }
+
+  void wait_for_readers(std::uint64_t t) noexcept {
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+      unsigned n = 0;
+      auto nap = std::chrono::microseconds(10);
+      while (!passed(*r, t)) {
+        // Readers never wake anybody (that would cost them): spin, yield, then nap.
+        if (!wait::relax(n)) {
+          std::this_thread::sleep_for(nap);
+          if (nap < std::chrono::milliseconds(1)) nap *= 2;
+        }
+      }
+    }
+  }
+
+  // Takes every pending node, oldest first. Caller holds reclaim_mutex_.
+  detail::rcu_node* take_pending() noexcept {
+    // Acquire pairs with the release CAS in retire().
+    detail::rcu_node* n = pending_.exchange(nullptr, std::memory_order_acquire);
+    detail::rcu_node* oldest = nullptr;
+    std::size_t count = 0;
+    while (n != nullptr) {
+      detail::rcu_node* next = n->rcu_next;
+      n->rcu_next = oldest;
+      oldest = n;
+      n = next;
+      ++count;
+    }
+    pending_count_.fetch_sub(count, std::memory_order_relaxed);
+    return oldest;
+  }
+
+  void run(detail::rcu_node* n) noexcept {
+    thread_state& s = local();
+    const bool was = std::exchange(s.reclaiming, true);
+    while (n != nullptr) {
+      detail::rcu_node* next = n->rcu_next;
+      n->rcu_reclaim(n);
+      n = next;
+    }
+    s.reclaiming = was;
+  }
+
+  // Non-blocking: finish the running batch if its readers have passed, and start
+  // a grace period for what is pending. If another thread is at it, leave it.
+  void poll() noexcept {
+    std::unique_lock l(reclaim_mutex_, std::try_to_lock);
+    if (!l.owns_lock()) return;
+    if (batch_ != nullptr) {
+      if (!readers_passed(batch_gp_)) return;
+      run(std::exchange(batch_, nullptr));
+    }
+    batch_ = take_pending();
+    if (batch_ == nullptr) return;
+    batch_gp_ = start_grace_period();
+    // Idle readers: the batch can go at once.
+    if (readers_passed(batch_gp_)) run(std::exchange(batch_, nullptr));
+  }
+
+  // Readers load gp_seq_ on every outermost lock(); writers bump it once per grace
+  // period. The reader list head is read-mostly too; the retire state is not.
+  alignas(cache_line_size) atomic<std::uint64_t> gp_seq_{1};
+  atomic<reader*> readers_{nullptr};
+  alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
+  atomic<std::size_t> pending_count_{0};
+  std::mutex reclaim_mutex_;
+  detail::rcu_node* batch_ = nullptr;  // guarded by reclaim_mutex_
+  std::uint64_t batch_gp_ = 0;         // guarded by reclaim_mutex_
+};
+
+using rcu_domain = basic_rcu_domain<>;
+
+inline rcu_domain& rcu_default_domain() noexcept {
+  return rcu_domain::instance();
+}
+
+template <class Policy = default_policy>
+void rcu_synchronize(basic_rcu_domain<Policy>& dom = rcu_default_domain()) noexcept {
+  dom.synchronize();
+}
+
+template <class Policy = default_policy>
+void rcu_barrier(basic_rcu_domain<Policy>& dom = rcu_default_domain()) noexcept {
+  dom.barrier();
+}
+
+// Schedules d(p) after a grace period in dom. Allocates one small node.
+template <class T, class D = std::default_delete<T>, class Policy = default_policy>
+void rcu_retire(T* p, D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain()) {
+  struct box : detail::rcu_node {
+    box(T* q, D&& e) : p(q), d(std::move(e)) {}
+    T* p;
+    D d;
+  };
+  auto* b = new box(p, std::move(d));
+  b->rcu_reclaim = [](detail::rcu_node* n) noexcept {
+    auto* self = static_cast<box*>(n);
+    self->d(self->p);
+    delete self;
+  };
+  dom.retire(b);
+}
+
+// Base of an object that retires itself with no allocation: T derives from
+// rcu_obj_base<T, D>; x->retire() schedules D()(x) after a grace period.
+template <class T, class D = std::default_delete<T>>
+class rcu_obj_base : private detail::rcu_node {
+ public:
+  template <class Policy = default_policy>
+  void retire(D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain()) noexcept {
+    deleter_ = std::move(d);
+    rcu_reclaim = &reclaim;
+    dom.retire(static_cast<detail::rcu_node*>(this));
+  }
+
+ protected:
+  rcu_obj_base() = default;
+  rcu_obj_base(const rcu_obj_base&) noexcept : detail::rcu_node() {}
+  rcu_obj_base(rcu_obj_base&&) noexcept : detail::rcu_node() {}
+  rcu_obj_base& operator=(const rcu_obj_base&) noexcept { return *this; }
+  rcu_obj_base& operator=(rcu_obj_base&&) noexcept { return *this; }
+  ~rcu_obj_base() = default;
+
+ private:
+  static void reclaim(detail::rcu_node* n) noexcept {
+    auto* self = static_cast<rcu_obj_base*>(n);
+    D d = std::move(self->deleter_);
+    d(static_cast<T*>(self));
+  }
+
+  [[no_unique_address]] D deleter_{};
+};
+
+}  // namespace hotpath

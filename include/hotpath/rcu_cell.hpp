@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// rcu_cell<T>: a T published under RCU, for configuration that is read on every
+// packet and replaced now and then (what tc actions do with their parameters).
+//
+//   read()    a guard: an open read-side section and a const T& that stays valid
+//             until the guard goes; costs what rcu_domain::lock() costs plus a load.
+//   store()   publishes a new T and retires the old one (reclaimed after every
+//             reader that might hold it has left its section).
+//   update(f) publishes f(current); writers are serialised, so no update is lost.
+//
+// The pointer word is never null. Writers may call store()/update() from inside a
+// read-side section: retiring never waits for a grace period.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/rcu.hpp"
+
+namespace hotpath {
+
+template <class T, class Policy = default_policy>
+class basic_rcu_cell {
+  using domain = basic_rcu_domain<Policy>;
+
+ public:
+  // Keeps a read-side section open and the value it found alive.
+  class guard {
+   public:
+    explicit guard(const basic_rcu_cell& c) noexcept : dom_(c.dom_) {
+      dom_.lock();
+      // Acquire pairs with the release exchange in publish(): the T is constructed.
+      p_ = c.ptr_.load(std::memory_order_acquire);
+    }
+    ~guard() { dom_.unlock(); }
+    guard(const guard&) = delete;
+    guard& operator=(const guard&) = delete;
+
+    const T& operator*() const noexcept { return *p_; }
+    const T* operator->() const noexcept { return p_; }
+    const T* get() const noexcept { return p_; }
+
+   private:
+    domain& dom_;
+    const T* p_;
+  };
+
+  basic_rcu_cell() : basic_rcu_cell(std::make_unique<T>()) {}
+  explicit basic_rcu_cell(std::unique_ptr<T> p) : ptr_(p.release()) {
+    HOTPATH_ASSERT(ptr_.load(std::memory_order_relaxed) != nullptr, "rcu_cell of a null pointer");
+  }
+  explicit basic_rcu_cell(T value) : basic_rcu_cell(std::make_unique<T>(std::move(value))) {}
+
+  // Retires rather than deletes: a reader may still hold a guard on the last value.
+  ~basic_rcu_cell() { retire(ptr_.load(std::memory_order_relaxed)); }
+
+  basic_rcu_cell(const basic_rcu_cell&) = delete;
+  basic_rcu_cell& operator=(const basic_rcu_cell&) = delete;
+
+  [[nodiscard]] guard read() const noexcept { return guard(*this); }
+
+  void store(std::unique_ptr<T> p) {
+    HOTPATH_ASSERT(p != nullptr, "rcu_cell::store() of a null pointer");
+    T* old;
+    {
+      std::scoped_lock l(writer_);
+      old = publish(p.release());
+    }
+    retire(old);
+  }
+  void store(T value) { store(std::make_unique<T>(std::move(value))); }
+
+  // f(const T&) -> T, called with writers excluded; readers carry on meanwhile.
+  template <class F>
+  void update(F f) {
+    T* old;
+    {
+      std::scoped_lock l(writer_);
+      // Relaxed: only writers change ptr_, and we hold their lock.
+      const T& current = *ptr_.load(std::memory_order_relaxed);
+      old = publish(new T(f(current)));
+    }
+    retire(old);
+  }
+
+ private:
+  T* publish(T* fresh) noexcept {
+    // Release pairs with the acquire load in guard: readers see a constructed T.
+    return ptr_.exchange(fresh, std::memory_order_acq_rel);
+  }
+  void retire(T* old) { rcu_retire(old, std::default_delete<T>(), dom_); }
+
+  // Read on every packet (the domain beside it saves readers a static-init check);
+  // writers' lock on a line of its own.
+  alignas(cache_line_size) typename Policy::template atomic<T*> ptr_;
+  domain& dom_ = domain::instance();
+  alignas(cache_line_size) std::mutex writer_;
+};
+
+template <class T>
+using rcu_cell = basic_rcu_cell<T>;
+
+}  // namespace hotpath

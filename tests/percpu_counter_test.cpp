@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: MIT
+#include "hotpath/percpu_counter.hpp"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+extern char** environ;
+
+namespace hotpath::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+static_assert(std::is_default_constructible_v<percpu_stats<3>>);
+static_assert(!std::is_copy_constructible_v<percpu_counter<>>);
+
+std::vector<unsigned> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<unsigned> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+int sign(std::int64_t x) {
+  return x > 0 ? 1 : (x < 0 ? -1 : 0);
+}
+
+// Moves the given threads between cpus (pinning each to one cpu, rotating, and
+// now and then releasing it to all) until stop() is called. Threads that have
+// already exited are skipped by the kernel (ESRCH): they must not be joined yet.
+class affinity_flipper {
+ public:
+  explicit affinity_flipper(std::vector<pthread_t> threads)
+      : threads_(std::move(threads)), cpus_(allowed_cpus()), th_([this] { run(); }) {}
+  ~affinity_flipper() { stop(); }
+  std::uint64_t stop() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (th_.joinable()) th_.join();
+    return flips_;
+  }
+
+ private:
+  void run() {
+    std::size_t k = 0;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (std::size_t t = 0; t < threads_.size(); ++t) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        if ((k + t) % 5 == 4) {
+          for (unsigned c : cpus_)
+            CPU_SET(c, &set);
+        } else {
+          CPU_SET(cpus_[(k + t) % cpus_.size()], &set);
+        }
+        if (pthread_setaffinity_np(threads_[t], sizeof set, &set) == 0) ++flips_;
+      }
+      ++k;
+      std::this_thread::sleep_for(300us);
+    }
+  }
+
+  std::vector<pthread_t> threads_;
+  std::vector<unsigned> cpus_;
+  std::atomic<bool> stop_{false};
+  std::uint64_t flips_ = 0;
+  std::thread th_;
+};
+
+enum class paths { rseq, portable, mixed };
+
+struct stress_config {
+  unsigned threads;
+  paths path;
+  std::int64_t batch;
+  std::uint64_t iters;
+  std::chrono::milliseconds budget;
+};
+
+// `threads` threads add a mix of positive and negative values to one counter and
+// packets/bytes/drops to one percpu_stats<3>, while being moved between cpus; a
+// third of them stop early and exit long before the others. Afterwards sum() and
+// snapshot() must equal what the threads say they added, exactly.
+void exact_under_migration(const stress_config& cfg) {
+  percpu_counter<> counter;
+  counter.set_batch(cfg.batch);
+  percpu_stats<3> stats;
+  std::vector<std::int64_t> added(cfg.threads), packets(cfg.threads), bytes(cfg.threads),
+      drops(cfg.threads);
+  std::vector<int> fast(cfg.threads);
+  std::atomic<unsigned> ready{0}, finished{0};
+  std::atomic<bool> go{false};
+  const auto deadline = std::chrono::steady_clock::now() + cfg.budget;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < cfg.threads; ++t) {
+    pool.emplace_back([&, t] {
+      set_rseq_fast_path(cfg.path == paths::rseq || (cfg.path == paths::mixed && t % 2 == 0));
+      fast[t] = rseq_fast_path();
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire))
+        std::this_thread::yield();
+      const std::uint64_t limit = t % 3 == 0 ? cfg.iters / 16 : cfg.iters;
+      std::int64_t sum = 0, p = 0, b = 0, d = 0;
+      for (std::uint64_t i = 0; i < limit; ++i) {
+        if (i % 256 == 0 && std::chrono::steady_clock::now() > deadline) break;
+        const auto v = static_cast<std::int64_t>(i % 7) - 2;  // -2..4
+        counter.add(v);
+        sum += v;
+        if (i % 5 == 0) {
+          counter.dec();
+          --sum;
+        }
+        stats.inc(0);
+        ++p;
+        const auto len = static_cast<std::int64_t>(64 + i % 1400);
+        stats.add(1, len);
+        b += len;
+        if (i % 10 == 0) {
+          stats.inc(2);
+          ++d;
+        }
+      }
+      added[t] = sum;
+      packets[t] = p;
+      bytes[t] = b;
+      drops[t] = d;
+      finished.fetch_add(1, std::memory_order_release);
+    });
+  }
+  while (ready.load() < cfg.threads)
+    std::this_thread::yield();
+  std::vector<pthread_t> handles;
+  for (auto& th : pool)
+    handles.push_back(th.native_handle());
+  affinity_flipper flipper(handles);
+  go.store(true, std::memory_order_release);
+  // The early third exit while the rest run on: join nobody until all are done,
+  // so the flipper never touches a reused thread handle.
+  while (finished.load(std::memory_order_acquire) < cfg.threads)
+    std::this_thread::sleep_for(1ms);
+  const std::uint64_t flips = flipper.stop();
+  for (auto& th : pool)
+    th.join();
+
+  std::int64_t want = 0, want_p = 0, want_b = 0, want_d = 0;
+  for (unsigned t = 0; t < cfg.threads; ++t) {
+    want += added[t];
+    want_p += packets[t];
+    want_b += bytes[t];
+    want_d += drops[t];
+  }
+  EXPECT_GT(flips, 0u);
+  EXPECT_GT(want_p, 0);
+  EXPECT_EQ(counter.sum(), want);
+  EXPECT_LE(detail::distance(counter.read(), want),
+            static_cast<std::uint64_t>(counter.error_bound()));
+  const std::array<std::int64_t, 3> snap = stats.snapshot();
+  EXPECT_EQ(snap[0], want_p);
+  EXPECT_EQ(snap[1], want_b);
+  EXPECT_EQ(snap[2], want_d);
+  EXPECT_EQ(stats.sum(1), want_b);
+  // Did the threads take the path the test asked for?
+  for (unsigned t = 0; t < cfg.threads; ++t) {
+    const bool want_fast = HOTPATH_RSEQ && rseq_available() &&
+                           (cfg.path == paths::rseq || (cfg.path == paths::mixed && t % 2 == 0));
+    EXPECT_EQ(fast[t] != 0, want_fast) << "thread " << t;
+  }
+}
+
+// Iterations are bounded by time too; sanitizer builds get through fewer.
+constexpr std::uint64_t stress_iters = 4000000;
+
+TEST(PercpuCounter, ExactUnderMigrationOnTheDefaultPath) {
+  exact_under_migration({8, paths::rseq, percpu_counter<>::default_batch(), stress_iters, 1500ms});
+}
+
+TEST(PercpuCounter, ExactUnderMigrationOnTheForcedPortablePath) {
+  exact_under_migration(
+      {8, paths::portable, percpu_counter<>::default_batch(), stress_iters, 1500ms});
+}
+
+TEST(PercpuCounter, ExactWithBothPathsOnOneCounter) {
+  exact_under_migration({8, paths::mixed, 8, stress_iters, 1500ms});
+}
+
+// The rseq stress: batch 2 folds every other add, so the take sequence runs as
+// often as the add sequence; 12 threads on 2 cpus are preempted and migrated inside
+// both. (Under sanitizers this exercises the portable path instead.)
+TEST(PercpuCounter, RseqStressTinyBatch) {
+  if (HOTPATH_RSEQ && !rseq_available()) GTEST_SKIP() << "rseq not registered by glibc here";
+  exact_under_migration({12, paths::rseq, 2, stress_iters, 2000ms});
+}
+
+TEST(PercpuCounter, FastPathUsesRseqWordsAndForcedFallbackThePortableOnes) {
+  percpu_counter<> c;
+  c.set_batch(std::int64_t{1} << 40);  // no folds: everything stays in the words
+  std::thread([&] {
+    for (int i = 0; i < 100; ++i)
+      c.inc();
+  }).join();
+  std::thread([&] {
+    set_rseq_fast_path(false);
+    EXPECT_FALSE(rseq_fast_path());
+    for (int i = 0; i < 50; ++i)
+      c.inc();
+  }).join();
+  const auto u = c.unfolded();
+  if (HOTPATH_RSEQ && rseq_available()) {
+    EXPECT_EQ(u.rseq, 100);
+    EXPECT_EQ(u.portable, 50);
+  } else {
+    std::printf("rseq fast path not in this build (sanitizer or no rseq): portable only\n");
+    EXPECT_EQ(u.rseq, 0);
+    EXPECT_EQ(u.portable, 150);
+  }
+  EXPECT_EQ(c.read(), 0);
+  EXPECT_EQ(c.sum(), 150);
+}
+
+TEST(PercpuCounter, SingleThreadBasics) {
+  percpu_counter<> c(10);
+  EXPECT_EQ(c.batch(), std::max<std::int64_t>(32, 2 * std::int64_t{possible_cpus()}));
+  EXPECT_EQ(c.slots(), possible_cpus());
+  EXPECT_EQ(c.sum(), 10);
+  for (int i = 0; i < 1000; ++i)
+    c.inc();
+  for (int i = 0; i < 300; ++i)
+    c.dec();
+  c.add(-5000);
+  EXPECT_EQ(c.sum(), 10 + 700 - 5000);
+  EXPECT_LE(detail::distance(c.read(), c.sum()), static_cast<std::uint64_t>(c.error_bound()));
+  // A big add folds at once.
+  c.add(1'000'000);
+  EXPECT_LE(detail::distance(c.read(), std::int64_t{1'000'000 + 10 + 700 - 5000}),
+            static_cast<std::uint64_t>(c.error_bound()));
+  c.set_batch(1);
+  EXPECT_EQ(c.error_bound(), 0);
+  c.inc();  // with batch 1 every add folds, everything pending goes with it
+  percpu_counter<std::uint32_t> u;
+  u.dec();
+  EXPECT_EQ(u.sum(), 0xffffffffu);
+  u.inc();
+  EXPECT_EQ(u.sum(), 0u);
+}
+
+// read() stays within the bound at every moment of a concurrent run. Threads only
+// add 1, publishing how many adds they completed, so the exact value at the time of
+// a read lies in [lo, hi]: lo counted before it, hi after it plus one add per thread
+// in progress. The documented bound for that moment is error_bound() plus
+// batch - 1 + 1 for each thread inside add().
+void read_within_bound(std::int64_t batch, paths path) {
+  percpu_counter<> c;
+  c.set_batch(batch);
+  constexpr unsigned threads = 6;
+  struct alignas(cache_line_size) progress {
+    std::atomic<std::int64_t> n{0};
+  };
+  std::vector<progress> done(threads);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      set_rseq_fast_path(path == paths::rseq || (path == paths::mixed && t % 2 == 0));
+      std::int64_t i = 0;
+      while (!stop.load(std::memory_order_relaxed) && i < 2'000'000) {
+        c.inc();
+        done[t].n.store(++i, std::memory_order_release);  // pairs with the acquire below
+      }
+    });
+  }
+  const std::int64_t slack = c.error_bound() + threads * batch;
+  std::uint64_t checks = 0, far_checks = 0, above_checks = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 700ms;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::int64_t lo = 0;
+    for (auto& d : done)
+      lo += d.n.load(std::memory_order_acquire);
+    const std::int64_t r = c.read();
+    const int below = c.compare(lo - slack - 1);
+    // Above the exact value unless the threads add more than slack meanwhile;
+    // checked against hi, taken after the call.
+    const std::int64_t high_rhs = lo + 2 * slack + threads + 1;
+    const int above = c.compare(high_rhs);
+    std::int64_t hi = threads;
+    for (auto& d : done)
+      hi += d.n.load(std::memory_order_acquire);
+    ASSERT_GE(r, lo - slack) << "read() fell further behind than documented";
+    ASSERT_LE(r, hi) << "read() counted adds that never happened";
+    ASSERT_EQ(below, 1);
+    if (hi + slack < high_rhs) {
+      ASSERT_EQ(above, -1);
+      ++above_checks;
+    }
+    ++checks;
+    if (lo > slack) ++far_checks;
+  }
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& th : pool)
+    th.join();
+  std::int64_t total = 0;
+  for (auto& d : done)
+    total += d.n.load(std::memory_order_relaxed);
+  EXPECT_GT(checks, 100u);
+  EXPECT_GT(far_checks, 0u);
+  EXPECT_GT(above_checks, 0u);
+  EXPECT_EQ(c.sum(), total);
+  EXPECT_LE(detail::distance(c.read(), total), static_cast<std::uint64_t>(c.error_bound()));
+  // Quiescent: compare() must agree with the exact value everywhere, including the
+  // band where it has to fall back to sum().
+  const std::int64_t eb = c.error_bound();
+  for (std::int64_t rhs = total - eb - 3; rhs <= total + eb + 3; ++rhs)
+    ASSERT_EQ(c.compare(rhs), sign(total - rhs)) << "rhs " << rhs;
+  EXPECT_EQ(c.compare(total - 100 * eb - 1000), 1);
+  EXPECT_EQ(c.compare(total + 100 * eb + 1000), -1);
+}
+
+TEST(PercpuCounter, ReadWithinBoundDefaultBatch) {
+  read_within_bound(percpu_counter<>::default_batch(), paths::rseq);
+}
+TEST(PercpuCounter, ReadWithinBoundSmallBatchMixedPaths) {
+  read_within_bound(4, paths::mixed);
+}
+
+// glibc's tunable glibc.pthread.rseq=0 leaves every thread without an rseq area:
+// the counters must notice (cpu_id < 0 inside the sequence) and stay exact. Run in
+// a child process, started with that environment.
+TEST(PercpuCounter, WithoutRseqRegistrationFallsBack) {
+  if (std::getenv("HOTPATH_TEST_NO_RSEQ_CHILD") != nullptr) {
+    EXPECT_FALSE(rseq_available());
+    EXPECT_FALSE(rseq_fast_path());
+    exact_under_migration({6, paths::rseq, 8, stress_iters / 4, 500ms});
+    return;
+  }
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::string(*e).rfind("GLIBC_TUNABLES=", 0) != 0) env_store.emplace_back(*e);
+  env_store.emplace_back("GLIBC_TUNABLES=glibc.pthread.rseq=0");
+  env_store.emplace_back("HOTPATH_TEST_NO_RSEQ_CHILD=1");
+  std::vector<char*> envp;
+  for (auto& s : env_store)
+    envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  std::string filter = "--gtest_filter=PercpuCounter.WithoutRseqRegistrationFallsBack";
+  char* argv[] = {self.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child without rseq failed";
+}
+
+}  // namespace
+}  // namespace hotpath::test
