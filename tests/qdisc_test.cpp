@@ -33,9 +33,9 @@ struct traffic_result {
 };
 
 // `senders` threads each offer up to `per_sender` packets (stopping early after
-// `budget`), while a transmit thread dequeues until everything offered is
-// accounted for, checking per-sender order. `during` runs on the main thread while
-// traffic flows.
+// `budget`, or once `during` has returned if that is later), while a transmit thread
+// dequeues until everything offered is accounted for, checking per-sender order.
+// `during` runs on the main thread while traffic flows.
 template <class S, class During>
 traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
                        std::chrono::milliseconds budget, During during) {
@@ -44,7 +44,7 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
   r.accepted.assign(senders, 0);
   r.delivered.assign(senders, 0);
   std::atomic<unsigned> finished{0};
-  std::atomic<bool> go{false};
+  std::atomic<bool> go{false}, during_done{false};
   const auto deadline = std::chrono::steady_clock::now() + budget;
   std::vector<std::thread> pool;
   for (unsigned s = 0; s < senders; ++s) {
@@ -53,7 +53,9 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
         std::this_thread::yield();
       std::int64_t i = 0, ok = 0;
       for (; i < per_sender; ++i) {
-        if ((i & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
+        if ((i & 63) == 0 && std::chrono::steady_clock::now() > deadline &&
+            during_done.load(std::memory_order_acquire))
+          break;
         packet p{s, static_cast<std::uint32_t>(i), 100, 0};
         if (q.enqueue(p) == verdict::ok) ++ok;
       }
@@ -83,6 +85,7 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
   });
   go.store(true, std::memory_order_release);
   during();
+  during_done.store(true, std::memory_order_release);
   for (auto& t : pool)
     t.join();
   tx.join();
@@ -183,17 +186,22 @@ TYPED_TEST(QdiscTest, PerSenderFifoAndConservationUnderLoad) {
 // effect without losing, duplicating or reordering a packet.
 TYPED_TEST(QdiscTest, ParameterSwapDuringTraffic) {
   qdisc<TypeParam> q(params{1000, 64});
-  int swaps = 0;
-  const auto r = traffic(q, 4, 1000000, 300ms, [&] {
-    const auto until = std::chrono::steady_clock::now() + 150ms;
-    for (std::size_t i = 0; std::chrono::steady_clock::now() < until; ++i, ++swaps) {
+  const auto r = traffic(q, 4, std::int64_t{1} << 40, 100ms, [&] {
+    for (std::size_t i = 0; i < 60; ++i) {
       q.set_params(i % 2 ? params{1000, 64} : params{50, 7});
       std::this_thread::sleep_for(200us);
     }
+    // Senders stop only after this returns: every swap happened under traffic.
   });
-  EXPECT_GT(swaps, 10);
   EXPECT_EQ(r.oversized_batches, 0);
   expect_balanced(q, r);
+  // The last swap is what the qdisc now uses; a new one takes effect at once.
+  EXPECT_EQ(q.current_params().limit, 1000u);
+  q.set_params(params{5, 2});
+  for (std::uint32_t i = 0; i < 7; ++i)
+    EXPECT_EQ(q.enqueue(packet{0, i, 1, 0}), i < 5 ? verdict::ok : verdict::dropped);
+  packet out[8];
+  EXPECT_EQ(q.dequeue_batch(out, 8), 2u);
   EXPECT_THROW(q.set_params(params{0, 64}), std::invalid_argument);
   EXPECT_THROW(q.set_params(params{10, 0}), std::invalid_argument);
   EXPECT_THROW(q.set_params(params{std::size_t{1} << 20, 64}), std::invalid_argument);

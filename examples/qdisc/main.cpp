@@ -251,8 +251,9 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
         // Idle: poll the backlog hint (not the lock) for up to 20 us, as a busy-polling
         // driver would, then give the cpu away once.
         const auto i0 = now_ns();
+        unsigned spins = 0;
         while (q.backlog() == 0 && now_ns() - i0 < 20000 && !stop.load(std::memory_order_relaxed))
-          hotpath::detail::cpu_relax();
+          hotpath::spin_wait::relax(spins);
         if (q.backlog() == 0) std::this_thread::yield();
         idle_ns += now_ns() - i0;
         continue;

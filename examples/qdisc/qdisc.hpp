@@ -27,11 +27,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <vector>
 
-#include <hotpath/detail/config.hpp>
-#include <hotpath/detail/policy.hpp>
 #include <hotpath/mcs_lock.hpp>
+#include <hotpath/percpu_counter.hpp>
+#include <hotpath/rcu_cell.hpp>
 #include <hotpath/ticket_lock.hpp>
 
 namespace hotpath::sched {
@@ -57,55 +58,6 @@ struct params {
 enum counter : std::size_t { enqueued, dropped, bytes, transmitted, counter_count };
 using counters = std::array<std::int64_t, counter_count>;
 
-namespace detail {
-
-// Stand-in for the per-cpu stats until that primitive lands: one relaxed atomic
-// per counter, each on its own line.
-template <std::size_t N>
-class stats_block {
- public:
-  void add(std::size_t f, std::int64_t v) noexcept {
-    cells_[f].v.fetch_add(v, std::memory_order_relaxed);
-  }
-  void inc(std::size_t f) noexcept { add(f, 1); }
-  std::int64_t sum(std::size_t f) const noexcept {
-    return cells_[f].v.load(std::memory_order_relaxed);
-  }
-  std::array<std::int64_t, N> snapshot() const noexcept {
-    std::array<std::int64_t, N> out{};
-    for (std::size_t i = 0; i < N; ++i)
-      out[i] = sum(i);
-    return out;
-  }
-
- private:
-  struct alignas(cache_line_size) cell {
-    std::atomic<std::int64_t> v{0};
-  };
-  std::array<cell, N> cells_{};
-};
-
-// Stand-in for rcu_cell until that primitive lands: a pointer swapped with
-// release/acquire; retired blocks are kept until destruction (a bounded leak that
-// is safe without grace periods).
-template <class T>
-class param_cell {
- public:
-  explicit param_cell(T v) : cur_(new T(v)) { retired_.emplace_back(cur_.load()); }
-  T read() const noexcept { return *cur_.load(std::memory_order_acquire); }  // pairs with store
-  void store(T v) {
-    auto fresh = std::make_unique<T>(v);
-    cur_.store(fresh.get(), std::memory_order_release);  // pairs with the acquire in read()
-    retired_.push_back(std::move(fresh));
-  }
-
- private:
-  std::atomic<T*> cur_;
-  std::vector<std::unique_ptr<T>> retired_;  // written by the (single) control thread
-};
-
-}  // namespace detail
-
 // ---------------------------------------------------------------------------
 // Strategies. Each provides
 //   static constexpr std::string_view name;
@@ -114,6 +66,13 @@ class param_cell {
 //   void unlock_sender(token);
 //   void lock_tx(); void unlock_tx();          // the transmit thread's side
 // ---------------------------------------------------------------------------
+
+// One step of waiting with a public hotpath waiting strategy, never sleeping
+// (nobody would wake us): spin its budget, then yield.
+template <class Wait>
+inline void wait_step(unsigned& n) noexcept {
+  if (!Wait::relax(n)) std::this_thread::yield();
+}
 
 // Test-and-test-and-set: one exchange to take it, no order among waiters. In user
 // space a holder can be preempted, so after a spin budget a waiter yields its cpu
@@ -126,7 +85,7 @@ class basic_tas_lock {
     // Acquire pairs with the release store in unlock().
     while (locked_.exchange(true, std::memory_order_acquire)) {
       while (locked_.load(std::memory_order_relaxed))
-        hotpath::detail::relax_or_yield<Wait>(n);
+        wait_step<Wait>(n);
     }
   }
   bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
@@ -164,9 +123,11 @@ struct ticket_strategy : plain_strategy<ticket_lock> {
   static constexpr std::string_view name = "ticket";
 };
 
-// 2010 (commit 79640a4ca695): "contended = qdisc_is_running(q)"; a contended sender
-// takes busylock first and holds it across its qdisc-lock section, so at most one
-// sender at a time queues on the qdisc lock behind the transmit side.
+// 2010 ("net: add additional lock to qdisc to increase throughput"): a sender that
+// finds the qdisc running (contended = qdisc_is_running(q)) takes busylock first
+// and holds it across its qdisc-lock section, so at most one sender at a time
+// queues on the qdisc lock behind the transmit side. "Running" here: the transmit
+// thread's last dequeue found packets (it is transmitting them).
 class busylock_strategy {
  public:
   static constexpr std::string_view name = "busylock";
@@ -191,7 +152,7 @@ class busylock_strategy {
 
 // 2025: a sender pushes onto a lock-free list; the one that found the list empty
 // takes the qdisc lock, takes the whole list, restores FIFO order and enqueues it.
-// Lock is the qdisc lock (a spinlock in the kernel).
+// Lock is the qdisc lock (a spinlock in the kernel: qspinlock; mcs_lock for now).
 template <class Lock>
 class basic_defer_strategy : public plain_strategy<Lock> {
  public:
@@ -242,7 +203,7 @@ class qdisc {
   }
   template <class OnAcquired>
   std::size_t dequeue_batch(packet* out, std::size_t max, OnAcquired&& acquired) {
-    const std::size_t want = std::min(max, params_.read().batch);
+    const std::size_t want = std::min(max, params_.read()->batch);
     strategy_.lock_tx();
     acquired();
     const std::size_t n = std::min(want, static_cast<std::size_t>(tail_ - head_));
@@ -266,7 +227,7 @@ class qdisc {
   // Swap in new parameters while traffic runs. A lower limit drops nothing already
   // queued; it only refuses new packets until the backlog is below it.
   void set_params(params p) { params_.store(check(p, ring_.size())); }
-  params current_params() const { return params_.read(); }
+  params current_params() const { return *params_.read(); }
 
   // Packets in the FIFO (a relaxed snapshot; exact once traffic has stopped).
   std::size_t backlog() const noexcept { return qlen_.load(std::memory_order_relaxed); }
@@ -312,7 +273,7 @@ class qdisc {
   }
 
   verdict enqueue_locked(const packet& p) {
-    const std::size_t limit = params_.read().limit;
+    const std::size_t limit = params_.read()->limit;
     const auto t = strategy_.lock_sender(tx_running_.load(std::memory_order_relaxed));
     const verdict v = push_locked(p, limit);
     strategy_.unlock_sender(t);
@@ -320,7 +281,7 @@ class qdisc {
   }
 
   verdict enqueue_deferred(const packet& p) {
-    const std::size_t limit = params_.read().limit;
+    const std::size_t limit = params_.read()->limit;
     defer_node* node = &nodes_[node_ticket_.fetch_add(1, std::memory_order_relaxed) & node_mask_];
     // Claim the node (a sender that drew the same slot one lap ago may still hold
     // it). Acquire pairs with the release that freed it, after its packet was read.
@@ -329,7 +290,7 @@ class qdisc {
       if (node->busy.compare_exchange_weak(free, true, std::memory_order_acquire,
                                            std::memory_order_relaxed))
         break;
-      hotpath::detail::relax_or_yield<spin_then_yield<>>(n);
+      wait_step<spin_then_yield<>>(n);
     }
     node->pkt = p;
 
@@ -388,8 +349,8 @@ class qdisc {
 
   alignas(cache_line_size) std::atomic<std::size_t> qlen_{0};
   std::atomic<bool> tx_running_{false};
-  alignas(cache_line_size) detail::param_cell<params> params_;
-  detail::stats_block<counter_count> stats_;
+  alignas(cache_line_size) rcu_cell<params> params_;
+  percpu_stats<counter_count> stats_;
 
   // The defer list (defer_strategy only).
   alignas(cache_line_size) std::atomic<defer_node*> defer_head_{nullptr};
