@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -93,7 +94,7 @@ class percpu_counter {
     const auto d = static_cast<std::int64_t>(v);
 #if HOTPATH_RSEQ
     const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
-    switch (detail::rseq_add_below<stride>(&slots_[0].fast, n(), d, lm1,
+    switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
                                            2 * static_cast<std::uint64_t>(lm1))) {
       case detail::rseq_status::done:
         return;
@@ -183,7 +184,7 @@ class percpu_counter {
   void fold_fast(std::int64_t d) noexcept {
     std::int64_t taken = 0;
     // Whatever cpu we are on now: any cpu's delta may go to the centre.
-    if (detail::rseq_take<stride>(&slots_[0].fast, n(), &taken) != detail::rseq_status::done)
+    if (detail::rseq_take<stride>(&slots_.data()->fast, n(), &taken) != detail::rseq_status::done)
       taken = 0;
     // Relaxed: a statistic, ordered with nothing else.
     count_.fetch_add(static_cast<T>(detail::wrapping_add(taken, d)), std::memory_order_relaxed);
@@ -212,7 +213,8 @@ class percpu_counter {
 template <std::size_t N>
 class percpu_stats {
   static_assert(N >= 1, "percpu_stats<N>: N >= 1");
-  struct slot {
+  // Aligned to a power of two so the slot stride is one (a shift in the sequence).
+  struct alignas(std::bit_ceil(2 * N * sizeof(std::int64_t))) slot {
     std::atomic<std::int64_t> fast[N];  // rseq only
     std::atomic<std::int64_t> slow[N];  // relaxed atomics only
   };
@@ -229,8 +231,8 @@ class percpu_stats {
   void add(std::size_t field, std::int64_t v) noexcept {
     HOTPATH_ASSERT(field < N, "percpu_stats: field out of range");
 #if HOTPATH_RSEQ
-    if (detail::rseq_add<stride>(&slots_[0].fast[field], static_cast<unsigned>(slots_.size()), v) ==
-        detail::rseq_status::done)
+    if (detail::rseq_add<stride>(&slots_.data()->fast[field], static_cast<unsigned>(slots_.size()),
+                                 v) == detail::rseq_status::done)
       return;
 #endif
     // Relaxed: a statistic; readers are ordered by whatever made them read.
