@@ -116,7 +116,8 @@ inline thread_local fake_rseq_area fake_area;
 inline thread_local std::ptrdiff_t rseq_area_offset = 0;
 
 inline std::ptrdiff_t fake_area_offset() noexcept {
-  return reinterpret_cast<char*>(&fake_area) - static_cast<char*>(thread_pointer());
+  return static_cast<std::ptrdiff_t>(reinterpret_cast<std::uintptr_t>(&fake_area) -
+                                     reinterpret_cast<std::uintptr_t>(thread_pointer()));
 }
 
 [[gnu::noinline, gnu::cold]] inline std::ptrdiff_t init_rseq_area_offset() noexcept {
