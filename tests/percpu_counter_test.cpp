@@ -258,6 +258,32 @@ TEST(PercpuCounter, SingleThreadBasics) {
   EXPECT_EQ(u.sum(), 0u);
 }
 
+// Fields stay apart, also when a slot spans two cache lines (N = 9: 144 bytes of
+// words, stride 256), on both paths.
+TEST(PercpuStats, FieldsStayApartInWideSlots) {
+  percpu_stats<9> s;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&, t] {
+      set_rseq_fast_path(t % 2 == 0);
+      for (int i = 0; i < 20000; ++i)
+        for (std::size_t f = 0; f < 9; ++f)
+          s.add(f, static_cast<std::int64_t>(f) - 4);
+    });
+  }
+  for (auto& th : pool)
+    th.join();
+  const auto snap = s.snapshot();
+  for (std::size_t f = 0; f < 9; ++f) {
+    EXPECT_EQ(snap[f], 4 * 20000 * (static_cast<std::int64_t>(f) - 4)) << "field " << f;
+    EXPECT_EQ(s.sum(f), snap[f]);
+  }
+  percpu_stats<1> one;
+  one.inc(0);
+  one.add(0, -3);
+  EXPECT_EQ(one.sum(0), -2);
+}
+
 // read() stays within the bound at every moment of a concurrent run. Threads only
 // add 1, publishing how many adds they completed, so the exact value at the time of
 // a read lies in [lo, hi]: lo counted before it, hi after it plus one add per thread

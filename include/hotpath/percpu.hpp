@@ -113,12 +113,20 @@ inline bool rseq_available() noexcept {
 // thread only; its updates then take the portable path (a relaxed atomic add).
 // For tests and measurements; mixing both paths on one counter is safe.
 inline void set_rseq_fast_path(bool enabled) noexcept {
-  detail::rseq_disabled = !enabled;
+#if HOTPATH_RSEQ
+  detail::enable_rseq(enabled);
+#else
+  (void)enabled;
+#endif
 }
 
 // True if the calling thread's per-cpu counter updates take the rseq fast path.
 inline bool rseq_fast_path() noexcept {
-  return rseq_available() && !detail::rseq_disabled;
+#if HOTPATH_RSEQ
+  return rseq_available() && detail::rseq_enabled();
+#else
+  return false;
+#endif
 }
 
 // One T per possible cpu, each on its own cache line(s).
@@ -192,6 +200,9 @@ class percpu {
     HOTPATH_ASSERT(cpu < n_, "percpu: cpu out of range");
     return cells_[cpu].value;
   }
+
+  // Slot 0; slot i is at byte offset i * stride from it.
+  T* data() noexcept { return &cells_[0].value; }
 
   iterator begin() noexcept { return iterator(cells_.get()); }
   iterator end() noexcept { return iterator(cells_.get() + n_); }

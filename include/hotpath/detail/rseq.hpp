@@ -32,6 +32,7 @@
 // HOTPATH_RSEQ is 0 there.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -70,11 +71,6 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace hotpath::detail {
 
-// Per thread: false makes this thread's per-cpu updates take the portable path
-// (set_rseq_fast_path() in percpu.hpp). Constant-initialised, so reading it is one
-// %fs-relative load, no TLS wrapper call.
-inline thread_local bool rseq_disabled = false;
-
 #if HOTPATH_HAVE_RSEQ_AREA
 inline void* thread_pointer() noexcept {
 #if defined(__x86_64__)
@@ -102,6 +98,47 @@ inline int rseq_cpu_id() noexcept {
 }
 
 #if HOTPATH_RSEQ
+// A stand-in rseq area whose cpu_id is always negative: a thread whose fast path is
+// off points its sequences here, and they bail out at their first check, so the
+// fast path needs no branch of its own for "off". Thread-local, so the store of the
+// descriptor address into it races with nobody.
+struct alignas(32) fake_rseq_area {
+  std::uint32_t cpu_id_start = 0;
+  std::int32_t cpu_id = -1;
+  std::uint64_t rseq_cs = 0;
+  std::uint32_t flags = 0;
+};
+inline thread_local fake_rseq_area fake_area;
+
+// Per thread: the offset of the rseq area the sequences use, from the thread
+// pointer; 0 until first use. Constant-initialised, so reading it is one
+// %fs-relative load with no TLS wrapper call.
+inline thread_local std::ptrdiff_t rseq_area_offset = 0;
+
+inline std::ptrdiff_t fake_area_offset() noexcept {
+  return static_cast<std::ptrdiff_t>(reinterpret_cast<std::uintptr_t>(&fake_area) -
+                                     reinterpret_cast<std::uintptr_t>(thread_pointer()));
+}
+
+[[gnu::noinline, gnu::cold]] inline std::ptrdiff_t init_rseq_area_offset() noexcept {
+  const bool real = &__rseq_offset != nullptr && &__rseq_size != nullptr && __rseq_size != 0;
+  rseq_area_offset = real ? __rseq_offset : fake_area_offset();
+  return rseq_area_offset;
+}
+
+inline std::ptrdiff_t rseq_area() noexcept {
+  const std::ptrdiff_t off = rseq_area_offset;
+  return __builtin_expect(off != 0, 1) ? off : init_rseq_area_offset();
+}
+
+// set_rseq_fast_path() in percpu.hpp.
+inline void enable_rseq(bool on) noexcept {
+  rseq_area_offset = on ? 0 : fake_area_offset();
+}
+inline bool rseq_enabled() noexcept {
+  return rseq_area_offset != fake_area_offset();
+}
+
 // Outcomes of a per-cpu critical section.
 enum class rseq_status { done, unavailable, over_limit };
 
@@ -127,23 +164,23 @@ enum class rseq_status { done, unavailable, over_limit };
   "movl %%fs:4(%[area]), %%ecx\n\t" /* cpu_id; negative if unregistered */       \
   "cmpl %k[slots], %%ecx\n\t"                                                    \
   "jae %l[unavailable]\n\t" /* unsigned: also catches cpu_id < 0 */              \
-  "imulq %[stride], %%rcx, %%rcx\n\t"                                            \
+  "shlq %[shift], %%rcx\n\t"                                                     \
   "addq %[base], %%rcx\n\t" /* rcx = &word of this cpu */
 
-// word(cpu) = base + cpu * Stride. *word(cpu) += v on the current cpu.
+// word(cpu) = base + cpu * Stride (a power of two). *word(cpu) += v on the current cpu.
 template <std::size_t Stride>
-inline rseq_status rseq_add(void* base, unsigned slots, std::int64_t v) noexcept {
-  if (&__rseq_offset == nullptr || rseq_disabled) return rseq_status::unavailable;
-  const std::ptrdiff_t area = __rseq_offset;
+requires(std::has_single_bit(Stride)) inline rseq_status
+    rseq_add(void* base, unsigned slots, std::int64_t v) noexcept {
+  const std::ptrdiff_t area = rseq_area();
 retry:  // the abort handler lands here: preempted, migrated or signalled
-  asm goto(
-      HOTPATH_RSEQ_PROLOGUE
-      "addq %[v], (%%rcx)\n\t" /* commit: one non-locked read-modify-write */
-      "2:\n\t"
-      :
-      : [area] "r"(area), [slots] "r"(slots), [stride] "i"(Stride), [base] "r"(base), [v] "r"(v)
-      : "rax", "rcx", "memory", "cc"
-      : retry, unavailable);
+  asm goto(HOTPATH_RSEQ_PROLOGUE
+           "addq %[v], (%%rcx)\n\t" /* commit: one non-locked read-modify-write */
+           "2:\n\t"
+           :
+           : [area] "r"(area), [slots] "r"(slots), [shift] "i"(std::countr_zero(Stride)),
+             [base] "r"(base), [v] "r"(v)
+           : "rax", "rcx", "memory", "cc"
+           : retry, unavailable);
   return rseq_status::done;
 unavailable:
   return rseq_status::unavailable;
@@ -152,10 +189,10 @@ unavailable:
 // As rseq_add, but commits only if the result stays within (-limit, limit), where
 // limit_m1 = limit - 1 and span = 2 * limit_m1; otherwise leaves the word alone.
 template <std::size_t Stride>
-inline rseq_status rseq_add_below(void* base, unsigned slots, std::int64_t v, std::int64_t limit_m1,
-                                  std::uint64_t span) noexcept {
-  if (&__rseq_offset == nullptr || rseq_disabled) return rseq_status::unavailable;
-  const std::ptrdiff_t area = __rseq_offset;
+requires(std::has_single_bit(Stride)) inline rseq_status
+    rseq_add_below(void* base, unsigned slots, std::int64_t v, std::int64_t limit_m1,
+                   std::uint64_t span) noexcept {
+  const std::ptrdiff_t area = rseq_area();
 retry:  // the abort handler lands here: preempted, migrated or signalled
   asm goto(HOTPATH_RSEQ_PROLOGUE
            "movq (%%rcx), %%rdx\n\t"
@@ -166,8 +203,8 @@ retry:  // the abort handler lands here: preempted, migrated or signalled
            "movq %%rdx, (%%rcx)\n\t" /* commit */
            "2:\n\t"
            :
-           : [area] "r"(area), [slots] "r"(slots), [stride] "i"(Stride), [base] "r"(base),
-             [v] "r"(v), [lm1] "r"(limit_m1), [span] "r"(span)
+           : [area] "r"(area), [slots] "r"(slots), [shift] "i"(std::countr_zero(Stride)),
+             [base] "r"(base), [v] "r"(v), [lm1] "r"(limit_m1), [span] "r"(span)
            : "rax", "rcx", "rdx", "memory", "cc"
            : retry, unavailable, over);
   return rseq_status::done;
@@ -179,20 +216,20 @@ over:
 
 // *out = *word(cpu); *word(cpu) = 0 on the current cpu.
 template <std::size_t Stride>
-inline rseq_status rseq_take(void* base, unsigned slots, std::int64_t* out) noexcept {
-  if (&__rseq_offset == nullptr || rseq_disabled) return rseq_status::unavailable;
-  const std::ptrdiff_t area = __rseq_offset;
+requires(std::has_single_bit(Stride)) inline rseq_status
+    rseq_take(void* base, unsigned slots, std::int64_t* out) noexcept {
+  const std::ptrdiff_t area = rseq_area();
 retry:  // the abort handler lands here: preempted, migrated or signalled
-  asm goto(
-      HOTPATH_RSEQ_PROLOGUE
-      "movq (%%rcx), %%rdx\n\t"
-      "movq %%rdx, (%[out])\n\t" /* harmless if we restart: written again */
-      "movq $0, (%%rcx)\n\t"     /* commit */
-      "2:\n\t"
-      :
-      : [area] "r"(area), [slots] "r"(slots), [stride] "i"(Stride), [base] "r"(base), [out] "r"(out)
-      : "rax", "rcx", "rdx", "memory", "cc"
-      : retry, unavailable);
+  asm goto(HOTPATH_RSEQ_PROLOGUE
+           "movq (%%rcx), %%rdx\n\t"
+           "movq %%rdx, (%[out])\n\t" /* harmless if we restart: written again */
+           "movq $0, (%%rcx)\n\t"     /* commit */
+           "2:\n\t"
+           :
+           : [area] "r"(area), [slots] "r"(slots), [shift] "i"(std::countr_zero(Stride)),
+             [base] "r"(base), [out] "r"(out)
+           : "rax", "rcx", "rdx", "memory", "cc"
+           : retry, unavailable);
   return rseq_status::done;
 unavailable:
   return rseq_status::unavailable;
