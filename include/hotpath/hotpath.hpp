@@ -3,4 +3,6 @@
 #pragma once
 
 #include "hotpath/mcs_lock.hpp"
+#include "hotpath/priority_lock.hpp"
+#include "hotpath/queued_lock.hpp"
 #include "hotpath/ticket_lock.hpp"
