@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "support/lock_suite.hpp"
+#include "support/policies.hpp"
 #include "support/stress.hpp"
 
 namespace hotpath::test {
@@ -33,6 +34,14 @@ TEST(PriorityLock, PrivilegedViewWorksWithScopedLock) {
   ASSERT_TRUE(l.try_lock_priority());
   EXPECT_FALSE(l.try_lock());
   l.unlock();
+}
+
+TEST(PriorityLock, OrdinarySideIsFifo) {
+  basic_priority_lock<announcing_policy<spin_then_park<>>> lock;
+  std::vector<int> expected(8);
+  for (int i = 0; i < 8; ++i)
+    expected[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(acquisition_order(lock, 8), expected);
 }
 
 // Ordinary threads and the privileged thread alternating: mutual exclusion holds

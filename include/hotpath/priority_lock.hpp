@@ -2,7 +2,8 @@
 // priority_lock: ordinary threads queue FIFO; one privileged thread (a qdisc's
 // dequeuer) jumps the queue.
 //
-//   gate_   a queued_lock that ordinary threads pass one at a time, in its FIFO order;
+//   gate_   a queued_lock that ordinary threads pass one at a time, entering by
+//           lock_fifo() (no lock stealing), so in FIFO order;
 //           its holder is the one ordinary candidate for own_ (released once in)
 //   own_    bit 0 held, bit 1 privileged request, bit 2 held by the privileged
 //           thread, bit 3 ordinary candidate asleep, bit 4 privileged thread asleep
@@ -14,7 +15,7 @@
 // privileged thread's request is a fetch_or on own_. Once the request is published,
 // no ordinary critical section begins before the privileged one: it waits for at
 // most the critical section in progress (plus the handoff). Ordinary threads enter in
-// the order they leave gate_ (queued_lock's FIFO queue; see its fairness note).
+// the order they leave gate_, which is FIFO.
 //
 // Only one thread at a time may use the privileged side (lock_priority(),
 // try_lock_priority(), privileged()); debug builds assert it.
@@ -72,7 +73,7 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
 
   // Ordinary side.
   void lock() noexcept {
-    gate_.lock();
+    gate_.lock_fifo();
     std::uint32_t val = 0;
     // Acquire pairs with the release RMW in unlock().
     if (!own_.compare_exchange_strong(val, held, std::memory_order_acquire,

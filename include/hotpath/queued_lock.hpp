@@ -3,21 +3,26 @@
 //
 //   bits 0-7   locked byte: 0 free, 1 held
 //   bit  8     pending: the first contender's claim, waiting without a node
-//   bit  9     slow: the pending owner or the queue head sleeps; unlock must wake it
+//   bit  9     slow: the pending owner or the queue head sleeps on the word; unlock
+//              must wake it
 //   bit  10    parked: an overflow waiter (no node) sleeps; unlock must wake it
+//   bit  11    handoff: the queue head has waited past its bound; unlock passes the
+//              lock to it (clears this bit, leaves the locked byte set)
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
 //   (tail, pending, locked)
-//   (0,0,0) --lock: one CAS--> (0,0,1) --unlock: one release store--> (0,0,0)
+//   (0,0,0) --lock: one CAS of the locked byte--> (0,0,1) --unlock: one store--> (0,0,0)
 //   (0,0,1) --2nd thread--> (0,1,1) --owner unlocks--> (0,1,0) --pending owner--> (0,0,1)
 //   (*,1,*) or (n,*,*) --3rd+ thread--> queue on a node, tail = it; the queue head
-//       spins on the word until locked and pending are clear, then takes it
-//       (clearing the tail if it is still its own) and wakes its successor's node.
+//       spins on the word until the lock is free, takes it (clearing the tail if it
+//       is still its own) and makes its successor head.
 //
-// Uncontended, lock() is one compare-and-swap and unlock() one release store to the
-// locked byte (plus, with a parking policy, a load of the flag byte; no locked
-// instruction). The owner holds no node: nodes are used only while waiting.
+// Uncontended, lock() is one compare-and-swap of the locked byte and unlock() one
+// release store to it, as in the kernel, plus loads of the flag byte (no locked
+// instruction). Both use the byte, not the word, because a byte store followed by a
+// word CAS on the same address defeats store forwarding (2.8x the cost measured on
+// x86). The owner holds no node: nodes are used only while waiting.
 //
 // Nodes: 4 per thread, as the kernel's 4 per cpu (task, softirq, hardirq, NMI). A
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
@@ -27,25 +32,26 @@
 // with no slot (more live threads than the tail can name: 16383), a thread falls
 // back to trylock-and-park on the word, as the kernel falls back to trylock spinning.
 //
-// Parking (the pvqspinlock idea; policies with `parks`): queued waiters spin on
-// their node a bounded time, then sleep on it and are woken by the thread that makes
-// them queue head. The pending owner and the head spin on the word, then set `slow`
-// and sleep on the word; unlock() reads the flag byte after its store and wakes
-// them. The kernel marks the locked byte itself (value 3) and so pays a cmpxchg in
-// every pv unlock; keeping `slow` beside it keeps unlock a store, and the
-// store-then-load race is closed by an asymmetric fence pair (detail/membarrier.hpp):
-// the sleeper pays the heavy side.
+// Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
+// spin on their node a bounded time, then sleep on it until made head. The pending
+// owner and the head spin on the word, then set `slow` and sleep on it; unlock()
+// reads the flag byte after its store and wakes them. A pending owner that loses the
+// lock after its wake-up gives pending up and queues. The kernel marks the locked byte itself
+// (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow` beside it keeps unlock a
+// store, and the store-then-load race is closed by an asymmetric fence pair
+// (detail/membarrier.hpp): the sleeper pays the heavy side.
 //
-// Fairness: waiters in the queue are FIFO, and the pending owner enters before the
-// queue head. While the head sleeps (`slow` set) and the lock is free, a running
-// thread may take it (one attempt in lock(), or try_lock()), so a sleeping head does
-// not idle the lock; the unlock that wakes the head clears `slow`, which ends
-// stealing. Once the head has slept and woken, it reserves the lock by taking the
-// pending bit, which no stealer or newcomer passes: it then enters at the next
-// release. So the head waits at most its spin budget, the critical section in
-// progress, one stolen critical section per sleep (only the first sleep counts),
-// and one wake-up. Overflow waiters (no node) are not fair: they take the lock
-// whenever it is free and not reserved, as the kernel's fallback does.
+// Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
+// it queues, so a running thread takes a lock that a sleeping (or waking) head would
+// leave idle; that is what keeps an oversubscribed machine busy, as std::mutex's
+// barging does. Queued waiters are FIFO among themselves. Bounded wait: once the
+// head has slept and been woken (or, with a policy that never sleeps, spun 2^14
+// rounds), it sets `handoff`; from then on the next unlock() hands it the lock
+// directly, so no thread can take it first. The head therefore waits at most its
+// spin budget, one sleep, and then the critical section in progress plus at most one
+// more (one that began in the instant between an owner's check of `handoff` and its
+// store). Overflow waiters (no node) are not fair: they take the lock whenever it is
+// free, as the kernel's fallback does.
 //
 // sizeof(queued_lock) == 4, constexpr-constructible.
 #pragma once
@@ -75,37 +81,62 @@ class basic_queued_lock {
   static constexpr std::uint32_t pending = 1u << 8;
   static constexpr std::uint32_t slow = 1u << 9;
   static constexpr std::uint32_t parked = 1u << 10;
+  static constexpr std::uint32_t handoff = 1u << 11;
   static constexpr unsigned idx_shift = 16;
   static constexpr unsigned slot_shift = 18;
   static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
   static constexpr unsigned nodes_per_thread = 4;
+  // A head that never sleeps asks for the handoff after this many spin rounds.
+  static constexpr unsigned handoff_spins = 1u << 14;
 
   constexpr basic_queued_lock() noexcept = default;
   basic_queued_lock(const basic_queued_lock&) = delete;
   basic_queued_lock& operator=(const basic_queued_lock&) = delete;
 
   void lock() noexcept {
+    if (try_lock()) [[likely]]
+      return;
+    lock_slow();
+  }
+
+  // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
+  // from 0. If every thread enters through it (try_lock() aside), nobody passes the
+  // pending owner or the queue: the lock is FIFO (priority_lock's ordinary side).
+  void lock_fifo() noexcept {
     std::uint32_t val = 0;
     // Acquire pairs with the release store of the previous owner's unlock().
     if (word_.compare_exchange_strong(val, locked_val, std::memory_order_acquire,
-                                      std::memory_order_relaxed)) [[likely]] {
+                                      std::memory_order_relaxed)) {
       return;
     }
-    lock_slow(val);
+    lock_slow();
   }
 
+  // One attempt at the free locked byte (the steal attempt of lock()).
   bool try_lock() noexcept {
-    std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if (!can_steal(val)) return false;
-    // Acquire pairs with the release store of the previous owner's unlock().
-    return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
-                                         std::memory_order_relaxed);
+    if constexpr (byte_ops) {
+      std::uint8_t expected = 0;
+      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
+      return __atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
+                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    } else {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      if (val & locked_mask) return false;
+      // Acquire pairs with the release of the previous owner's unlock().
+      return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
+                                           std::memory_order_relaxed);
+    }
   }
 
   void unlock() noexcept {
     HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
     if constexpr (byte_ops) {
-      // Release hands the critical section to the next acquire of the word. Only the
+      // The head may have asked for a direct handoff: then the byte must stay set.
+      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (handoff >> 8)) {
+        unlock_slow();
+        return;
+      }
+      // Release hands the critical section to the next acquire of the lock. Only the
       // owner writes the locked byte, so a plain store suffices, as in the kernel.
       __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
       if constexpr (wait::parks) {
@@ -113,12 +144,7 @@ class basic_queued_lock {
         if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((slow | parked) >> 8)) wake();
       }
     } else {
-      // Instrumented atomics cannot be addressed by byte: clear the byte with an RMW,
-      // which also tells us (single modification order) whether anyone sleeps.
-      const std::uint32_t old = word_.fetch_and(~locked_mask, std::memory_order_release);
-      if constexpr (wait::parks) {
-        if (old & (slow | parked)) wake();
-      }
+      unlock_slow();
     }
   }
 
@@ -144,8 +170,9 @@ class basic_queued_lock {
   using table = detail::slot_table<node_block>;
 
   // Byte access to the word, as the kernel does (mixed-size atomics on one object,
-  // which GCC and Clang compile to plain byte loads and stores); only for the real
-  // std::atomic<uint32_t>, whose object representation is the value.
+  // which GCC and Clang compile to plain byte operations); only for the real
+  // std::atomic<uint32_t>, whose object representation is the value. Instrumented
+  // atomics take the word-wide path.
 #if defined(__GNUC__)
   static constexpr bool byte_ops = detail::raw_futex_ok<atomic<std::uint32_t>>;
 #else
@@ -157,11 +184,6 @@ class basic_queued_lock {
     return reinterpret_cast<std::uint8_t*>(&word_) + off;
   }
 
-  // A free lock that nobody has a claim on, or whose queue head sleeps.
-  static bool can_steal(std::uint32_t val) noexcept {
-    return (val & (locked_mask | pending)) == 0 && ((val & tail_mask) == 0 || (val & slow));
-  }
-
   static unsigned& depth() noexcept {
     thread_local unsigned d = 0;
     return d;
@@ -171,27 +193,73 @@ class basic_queued_lock {
     return table::get((tail >> slot_shift) - 1).nodes[(tail >> idx_shift) & 3u];
   }
 
-  void lock_slow(std::uint32_t val) noexcept {
-    // The one steal attempt (also the retry when only flag bits made the CAS fail).
-    if (can_steal(val) &&
-        word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
-                                      std::memory_order_relaxed)) {
-      return;
+  // Word-wide unlock: a handoff to the head, or release with wake-ups. One RMW, so
+  // (single modification order) it sees every sleeper's flag set before it.
+  void unlock_slow() noexcept {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    std::uint32_t nv;
+    do {
+      // Handoff: the locked byte stays set and now belongs to the head.
+      nv = (val & handoff) ? val & ~(handoff | slow) : val & ~(locked_mask | slow | parked);
+      // Release pairs with the acquire load of the next owner (or the head).
+    } while (!word_.compare_exchange_weak(val, nv, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    if constexpr (wait::parks) {
+      if (val & slow) detail::unpark_channel(word_, 0);
+      if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
     }
+  }
+
+  // Slow half of the byte-store unlock(): somebody sleeps on the word.
+  void wake() noexcept {
+    const std::uint32_t old = word_.fetch_and(~(slow | parked), std::memory_order_relaxed);
+    if (old & slow) detail::unpark_channel(word_, 0);
+    if (old & parked) detail::unpark_channel(word_, 1);
+  }
+
+  void lock_slow() noexcept {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
     // Pending path: only the owner is there, so claim pending and wait without a node.
     if ((val & (pending | tail_mask)) == 0) {
       val = word_.fetch_or(pending, std::memory_order_relaxed);
       if ((val & (pending | tail_mask)) == 0) {
-        wait_clear(locked_mask);
-        // pending -> locked; nobody else writes these bits now, the RMW keeps the
-        // flags and the tail. Acquire pairs with the owner's release store in unlock().
-        word_.fetch_sub(pending - locked_val, std::memory_order_acquire);
-        return;
+        if (pending_wait()) return;
+      } else if ((val & pending) == 0) {
+        // Someone queued meanwhile; withdraw the bit we set.
+        word_.fetch_and(~pending, std::memory_order_relaxed);
       }
-      // Someone beat us to it; withdraw the bit if it was we who set it.
-      if ((val & pending) == 0) word_.fetch_and(~pending, std::memory_order_relaxed);
     }
     queue();
+  }
+
+  // We own pending: wait until the locked byte clears and take it. Spin, then sleep
+  // once (flag `slow`); if the lock is stolen after the wake-up, give pending up and
+  // return false (the caller queues, where the head's bound applies).
+  bool pending_wait() noexcept {
+    unsigned n = 0;
+    bool slept = false;
+    for (;;) {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      if ((val & locked_mask) == 0) {
+        // pending -> locked; slow stays (the head may sleep too). Acquire pairs with
+        // the release store in unlock().
+        if (word_.compare_exchange_weak(val, (val & ~pending) | locked_val,
+                                        std::memory_order_acquire, std::memory_order_relaxed)) {
+          return true;
+        }
+        continue;
+      }
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        if (slept) {
+          word_.fetch_and(~pending, std::memory_order_relaxed);
+          return false;
+        }
+        park_on_word(0, slow, false);
+        slept = true;
+        n = 0;
+      }
+    }
   }
 
   void queue() noexcept {
@@ -213,47 +281,62 @@ class basic_queued_lock {
     while (!word_.compare_exchange_weak(old, (old & ~tail_mask) | my_tail,
                                         std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
+    bool slept = false;
     if (old & tail_mask) {
       node_of(old & tail_mask).next.store(&me, std::memory_order_release);  // read by prev
-      wait_head(me);
+      slept = wait_head(me);
     }
-
-    head_acquire(my_tail, me);
+    head_acquire(my_tail, me, slept);
     --d;
   }
 
-  // Queue head: wait for locked and pending to clear, then take the lock.
-  void head_acquire(std::uint32_t my_tail, node& me) noexcept {
-    unsigned n = 0;
-    bool slept = false, reserved = false;
+  // Queue head: take the free lock, or, after the bound, have it handed over.
+  // `slept`: it already slept in the queue, i.e. waited past the bound.
+  void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
+    unsigned n = 0, rounds = slept ? ~0u : 0u;
+    bool asked = false;
     for (;;) {
+      // Acquire pairs with the release store in unlock() or the handoff RMW.
       std::uint32_t val = word_.load(std::memory_order_acquire);
-      const std::uint32_t busy = reserved ? locked_mask : (locked_mask | pending);
-      if ((val & busy) == 0) {
-        // Take it, clearing pending (ours if set) and slow (nobody else can be asleep
-        // on channel 0: pending is clear or ours); clear the tail if it is ours.
+      if (asked && (val & handoff) == 0) {
+        // Handed over: the locked byte is ours. Clear the tail if it is still ours.
+        while ((val & tail_mask) == my_tail) {
+          if (word_.compare_exchange_weak(val, val & ~tail_mask, std::memory_order_relaxed,
+                                          std::memory_order_relaxed)) {
+            return;
+          }
+        }
+        grant_next(me);
+        return;
+      }
+      if ((val & (locked_mask | pending)) == 0) {
+        // Take it; clear handoff (ours) and slow (ours, unless a pending owner may
+        // sleep too), and the tail if it is ours.
         const bool last = (val & tail_mask) == my_tail;
-        const std::uint32_t nv = (val & (last ? parked : (tail_mask | parked))) | locked_val;
+        const std::uint32_t keep =
+            pending | parked | (last ? 0 : tail_mask) | ((val & pending) ? slow : 0);
         // Acquire pairs with the release store of the previous owner's unlock().
-        if (!word_.compare_exchange_weak(val, nv, std::memory_order_acquire,
+        if (!word_.compare_exchange_weak(val, (val & keep) | locked_val, std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
           continue;
         }
         if (!last) grant_next(me);
         return;
       }
-      if (slept && !reserved && (val & pending) == 0) {
-        // Woken once already: reserve the lock so that nobody steals it again.
-        if (word_.compare_exchange_weak(val, val | pending, std::memory_order_relaxed,
-                                        std::memory_order_relaxed)) {
-          reserved = true;
-        }
+      if (!asked && (val & pending) == 0 &&
+          (rounds >= handoff_spins || (wait::parks && rounds == ~0u))) {
+        // Waited past the bound: from now on the lock comes to us. (Not while a
+        // pending owner waits: it came first, and no new one can appear behind a
+        // queue.)
+        word_.fetch_or(handoff, std::memory_order_relaxed);
+        asked = true;
         continue;
       }
+      if (rounds < handoff_spins) ++rounds;
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
-        park_on_word(busy, 0, slow);
-        slept = true;
+        park_on_word(0, slow, asked);
+        rounds = ~0u;  // slept once: ask for the handoff
         n = 0;
       }
     }
@@ -276,11 +359,12 @@ class basic_queued_lock {
     }
   }
 
-  void wait_head(node& me) noexcept {
+  // Wait to be made head; true if we slept on the way.
+  bool wait_head(node& me) noexcept {
     unsigned n = 0;
     for (;;) {
       // Acquire pairs with the exchange in the predecessor's grant_next().
-      if (me.state.load(std::memory_order_acquire) == head) return;
+      if (me.state.load(std::memory_order_acquire) == head) return false;
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
         std::uint32_t expected = waiting;
@@ -290,22 +374,9 @@ class basic_queued_lock {
           do {
             detail::park(me.state, sleeping);
           } while (me.state.load(std::memory_order_acquire) != head);
+          return true;
         }
-        return;
-      }
-    }
-  }
-
-  // Spin, then sleep on the word, until (word & mask) == 0 (pending owner).
-  void wait_clear(std::uint32_t mask) noexcept {
-    unsigned n = 0;
-    for (;;) {
-      // Acquire pairs with the release store in unlock().
-      if ((word_.load(std::memory_order_acquire) & mask) == 0) return;
-      if (wait::relax(n)) continue;
-      if constexpr (wait::parks) {
-        park_on_word(mask, 0, slow);
-        n = 0;
+        return false;
       }
     }
   }
@@ -315,7 +386,7 @@ class basic_queued_lock {
     unsigned n = 0;
     for (;;) {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
-      if ((val & (locked_mask | pending)) == 0) {
+      if ((val & locked_mask) == 0) {
         // Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
                                         std::memory_order_relaxed)) {
@@ -325,27 +396,23 @@ class basic_queued_lock {
       }
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
-        park_on_word(locked_mask | pending, 1, parked);
+        park_on_word(1, parked, false);
         n = 0;
       }
     }
   }
 
-  // Announce a sleeper with `flag`, then sleep on channel `channel` while the word
-  // still has a bit of `mask` and the flag. Dekker with unlock(): we store the flag,
-  // fence, load the locked byte; it stores the byte, fences, loads the flag.
-  void park_on_word(std::uint32_t mask, unsigned channel, std::uint32_t flag) noexcept {
+  // Announce a sleeper with `flag`, then sleep on `channel` while the lock is held
+  // (and, for a head that asked for the handoff, not yet handed to it). Dekker with
+  // unlock(): we set the flag, fence, load the word; it stores the locked byte,
+  // fences, loads the flag (or does one RMW that sees the flag).
+  void park_on_word(unsigned channel, std::uint32_t flag, bool asked) noexcept {
     word_.fetch_or(flag, std::memory_order_relaxed);
     detail::heavy_fence();  // pairs with light_fence() in unlock()
-    const std::uint32_t val = word_.load(std::memory_order_acquire);
-    if ((val & mask) != 0 && (val & flag) != 0) detail::park(word_, val, channel);
-  }
-
-  // Slow half of unlock(): somebody sleeps on the word.
-  void wake() noexcept {
-    const std::uint32_t old = word_.fetch_and(~(slow | parked), std::memory_order_relaxed);
-    if (old & slow) detail::unpark_channel(word_, 0);
-    if (old & parked) detail::unpark_channel(word_, 1);
+    const std::uint32_t val = word_.load(std::memory_order_relaxed);
+    if ((val & locked_mask) == 0 || (val & flag) == 0) return;
+    if (asked && (val & handoff) == 0) return;  // handed over meanwhile
+    detail::park(word_, val, channel);
   }
 
   atomic<std::uint32_t> word_{0};
