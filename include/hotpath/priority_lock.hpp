@@ -8,14 +8,15 @@
 //   own_    bit 0 held, bit 1 privileged request, bit 2 held by the privileged
 //           thread, bit 3 ordinary candidate asleep, bit 4 privileged thread asleep
 //
-//   own_: 0 --ordinary CAS 0->held--> held --unlock--> 0
+//   own_: 0 --ordinary CAS (neither held nor request) -> held--> held --unlock--> 0
 //         * --lock_priority: fetch_or(request)--> request|* --held clears--> held|prio
 //
-// Guarantee: an ordinary thread enters only by a CAS from own_ == 0, and the
-// privileged thread's request is a fetch_or on own_. Once the request is published,
-// no ordinary critical section begins before the privileged one: it waits for at
-// most the critical section in progress (plus the handoff). Ordinary threads enter in
-// the order they leave gate_, which is FIFO.
+// Guarantee: an ordinary thread enters only by a CAS from a value of own_ with
+// neither `held` nor `request`, and the privileged thread's request is a fetch_or on
+// own_, so every ordinary CAS after it in own_'s modification order fails. Once the request is
+// published, no ordinary critical section begins before the privileged one: it waits for at most
+// the critical section in progress (plus the handoff). Ordinary threads enter in the order they
+// leave gate_, which is FIFO.
 //
 // Only one thread at a time may use the privileged side (lock_priority(),
 // try_lock_priority(), privileged()); debug builds assert it.
@@ -73,8 +74,15 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
 
   // Ordinary side.
   void lock() noexcept {
-    gate_.lock_fifo();
     std::uint32_t val = 0;
+    // Nobody at the gate: nobody to pass, so try own_ directly (uncontended cost: one
+    // load, one CAS). Acquire pairs with the release RMW in unlock().
+    if (gate_.state() == 0 && own_.compare_exchange_strong(val, held, std::memory_order_acquire,
+                                                           std::memory_order_relaxed)) {
+      return;
+    }
+    gate_.lock_fifo();
+    val = 0;
     // Acquire pairs with the release RMW in unlock().
     if (!own_.compare_exchange_strong(val, held, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
