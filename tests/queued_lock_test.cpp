@@ -281,6 +281,56 @@ TEST(QueuedLock, MoreThreadsThanSlots) {
   r.set_limit(old_limit);
 }
 
+// Bounded wait: two threads re-take the lock back to back (each unlock is followed at
+// once by a steal attempt) until the queued threads are through. Without the head's
+// handoff they could starve until the deadline; they must get in while the
+// hammering goes on.
+template <class Lock>
+void queued_threads_get_through() {
+  Lock lock;
+  std::atomic<bool> done{false};
+  std::atomic<unsigned> through{0};
+  std::uint64_t counter = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto hammer = [&] {
+    while (!done.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
+      for (int i = 0; i < 1000; ++i) {
+        lock.lock();
+        ++counter;
+        lock.unlock();
+      }
+    }
+  };
+  std::thread h1(hammer), h2(hammer);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        lock.lock();
+        ++counter;
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // re-enter as a newcomer
+      }
+      through.fetch_add(1);
+    });
+  }
+  for (auto& w : waiters)
+    w.join();
+  const bool in_time = std::chrono::steady_clock::now() < deadline;
+  done = true;
+  h1.join();
+  h2.join();
+  EXPECT_EQ(through.load(), 4u);
+  EXPECT_TRUE(in_time) << "queued threads starved while others re-took the lock";
+}
+
+TEST(QueuedLock, QueuedThreadsAreNotStarvedByStealers) {
+  queued_threads_get_through<queued_lock>();
+}
+TEST(QueuedLock, QueuedThreadsAreNotStarvedYieldPolicy) {
+  queued_threads_get_through<basic_queued_lock<yield_policy>>();
+}
+
 TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {
   using namespace std::chrono_literals;
   queued_lock parking;

@@ -45,7 +45,7 @@
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
 // leave idle; that is what keeps an oversubscribed machine busy, as std::mutex's
 // barging does. Queued waiters are FIFO among themselves. Bounded wait: once the
-// head has slept and been woken (or, with a policy that never sleeps, spun 2^14
+// head has slept and been woken (or, with a policy that never sleeps, waited 128
 // rounds), it sets `handoff`; from then on the next unlock() hands it the lock
 // directly, so no thread can take it first. The head therefore waits at most its
 // spin budget, one sleep, and then the critical section in progress plus at most one
@@ -86,8 +86,9 @@ class basic_queued_lock {
   static constexpr unsigned slot_shift = 18;
   static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
   static constexpr unsigned nodes_per_thread = 4;
-  // A head that never sleeps asks for the handoff after this many spin rounds.
-  static constexpr unsigned handoff_spins = 1u << 14;
+  // With a policy that never sleeps, the head asks for the handoff (and the pending
+  // owner gives up) after this many rounds of waiting.
+  static constexpr unsigned handoff_spins = 128;
 
   constexpr basic_queued_lock() noexcept = default;
   basic_queued_lock(const basic_queued_lock&) = delete;
@@ -224,19 +225,22 @@ class basic_queued_lock {
       val = word_.fetch_or(pending, std::memory_order_relaxed);
       if ((val & (pending | tail_mask)) == 0) {
         if (pending_wait()) return;
+        queue(true);  // it has waited past the bound already
+        return;
       } else if ((val & pending) == 0) {
         // Someone queued meanwhile; withdraw the bit we set.
         word_.fetch_and(~pending, std::memory_order_relaxed);
       }
     }
-    queue();
+    queue(false);
   }
 
   // We own pending: wait until the locked byte clears and take it. Spin, then sleep
-  // once (flag `slow`); if the lock is stolen after the wake-up, give pending up and
-  // return false (the caller queues, where the head's bound applies).
+  // once (flag `slow`). If the lock is stolen after the wake-up (or, with a policy
+  // that never sleeps, for handoff_spins rounds), give pending up and return false:
+  // the caller queues, where the head's bound applies.
   bool pending_wait() noexcept {
-    unsigned n = 0;
+    unsigned n = 0, rounds = 0;
     bool slept = false;
     for (;;) {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
@@ -249,12 +253,12 @@ class basic_queued_lock {
         }
         continue;
       }
+      if (slept || (!wait::parks && ++rounds > handoff_spins)) {
+        word_.fetch_and(~pending, std::memory_order_relaxed);
+        return false;
+      }
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
-        if (slept) {
-          word_.fetch_and(~pending, std::memory_order_relaxed);
-          return false;
-        }
         park_on_word(0, slow, false);
         slept = true;
         n = 0;
@@ -262,7 +266,8 @@ class basic_queued_lock {
     }
   }
 
-  void queue() noexcept {
+  // `waited`: the caller already waited past the bound (as pending owner).
+  void queue(bool waited) noexcept {
     unsigned& d = depth();
     const std::uint32_t slot = slots::this_thread_slot();
     if (slot == slots::no_slot || d >= nodes_per_thread) {
@@ -281,20 +286,21 @@ class basic_queued_lock {
     while (!word_.compare_exchange_weak(old, (old & ~tail_mask) | my_tail,
                                         std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
-    bool slept = false;
+    bool slept = waited;
     if (old & tail_mask) {
       node_of(old & tail_mask).next.store(&me, std::memory_order_release);  // read by prev
-      slept = wait_head(me);
+      slept = wait_head(me) || waited;
     }
     head_acquire(my_tail, me, slept);
     --d;
   }
 
   // Queue head: take the free lock, or, after the bound, have it handed over.
-  // `slept`: it already slept in the queue, i.e. waited past the bound.
+  // `slept`: it already slept in the queue (or gave up pending), i.e. waited past
+  // the bound.
   void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
-    unsigned n = 0, rounds = slept ? ~0u : 0u;
-    bool asked = false;
+    unsigned n = 0, rounds = 0;
+    bool past_bound = slept, asked = false;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
       std::uint32_t val = word_.load(std::memory_order_acquire);
@@ -310,11 +316,10 @@ class basic_queued_lock {
         return;
       }
       if ((val & (locked_mask | pending)) == 0) {
-        // Take it; clear handoff (ours) and slow (ours, unless a pending owner may
-        // sleep too), and the tail if it is ours.
+        // Take it; clear handoff and slow (only ours: pending is clear, so there is
+        // no pending owner asleep) and the tail if it is ours.
         const bool last = (val & tail_mask) == my_tail;
-        const std::uint32_t keep =
-            pending | parked | (last ? 0 : tail_mask) | ((val & pending) ? slow : 0);
+        const std::uint32_t keep = parked | (last ? 0 : tail_mask);
         // Acquire pairs with the release store of the previous owner's unlock().
         if (!word_.compare_exchange_weak(val, (val & keep) | locked_val, std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
@@ -323,8 +328,7 @@ class basic_queued_lock {
         if (!last) grant_next(me);
         return;
       }
-      if (!asked && (val & pending) == 0 &&
-          (rounds >= handoff_spins || (wait::parks && rounds == ~0u))) {
+      if (!asked && past_bound && (val & pending) == 0) {
         // Waited past the bound: from now on the lock comes to us. (Not while a
         // pending owner waits: it came first, and no new one can appear behind a
         // queue.)
@@ -332,11 +336,11 @@ class basic_queued_lock {
         asked = true;
         continue;
       }
-      if (rounds < handoff_spins) ++rounds;
+      if (!wait::parks && ++rounds >= handoff_spins) past_bound = true;
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
         park_on_word(0, slow, asked);
-        rounds = ~0u;  // slept once: ask for the handoff
+        past_bound = true;  // slept once
         n = 0;
       }
     }
