@@ -36,10 +36,10 @@
 // spin on their node a bounded time, then sleep on it until made head. The pending
 // owner and the head spin on the word, then set `slow` and sleep on it; unlock()
 // reads the flag byte after its store and wakes them. A pending owner that loses the
-// lock after its wake-up gives pending up and queues. The kernel marks the locked byte itself
-// (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow` beside it keeps unlock a
-// store, and the store-then-load race is closed by an asymmetric fence pair
-// (detail/membarrier.hpp): the sleeper pays the heavy side.
+// lock after its wake-up gives pending up and queues. The kernel marks the locked
+// byte itself (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow`
+// beside it keeps unlock a store, and the store-then-load race is closed by an
+// asymmetric fence pair (detail/membarrier.hpp): the sleeper pays the heavy side.
 //
 // Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
