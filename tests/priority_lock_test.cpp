@@ -19,7 +19,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(priority, lockable_suite, priority_types);
 
 static_assert(!std::is_copy_constructible_v<priority_lock>);
 static_assert(sizeof(priority_lock) == 8);
-constinit priority_lock constant_initialised;  // constexpr default constructor
+[[maybe_unused]] constinit priority_lock constant_initialised;  // constexpr default constructor
 
 TEST(PriorityLock, PrivilegedViewWorksWithScopedLock) {
   priority_lock l;
@@ -43,6 +43,19 @@ TEST(PriorityLock, OrdinarySideIsFifo) {
     expected[static_cast<std::size_t>(i)] = i;
   EXPECT_EQ(acquisition_order(lock, 8), expected);
 }
+
+#if !defined(NDEBUG) && !HOTPATH_TSAN
+// A second privileged request while the first holds the lock trips the assertion.
+TEST(PriorityLockDeathTest, SecondPrivilegedUserAsserts) {
+  EXPECT_DEATH(
+      {
+        priority_lock l;
+        l.lock_priority();
+        l.lock_priority();
+      },
+      "privileged side");
+}
+#endif
 
 // Ordinary threads and the privileged thread alternating: mutual exclusion holds
 // across both sides.

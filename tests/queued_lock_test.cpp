@@ -20,7 +20,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(queued, lockable_suite, queued_types);
 static_assert(!std::is_copy_constructible_v<queued_lock>);
 static_assert(!std::is_move_constructible_v<queued_lock>);
 static_assert(sizeof(queued_lock) == 4);
-constinit queued_lock constant_initialised;  // constexpr default constructor
+[[maybe_unused]] constinit queued_lock constant_initialised;  // constexpr default constructor
 
 using registry = detail::thread_slot_registry;
 
