@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: MIT
+// queued_lock: the Linux qspinlock in user space, in one 32-bit word.
+//
+//   bits 0-7   locked byte: 0 free, 1 held
+//   bit  8     pending: the first contender's claim, waiting without a node
+//   bit  9     slow: the pending owner or the queue head sleeps on the word; unlock
+//              must wake it
+//   bit  10    parked: an overflow waiter (no node) sleeps; unlock must wake it
+//   bit  11    handoff: the queue head has waited past its bound; unlock passes the
+//              lock to it (clears this bit, leaves the locked byte set)
+//   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
+//   bits 18-31 tail thread slot + 1 (0: no queue)
+//
+//   (tail, pending, locked)
+//   (0,0,0) --lock: one CAS of the locked byte--> (0,0,1) --unlock: one store--> (0,0,0)
+//   (0,0,1) --2nd thread--> (0,1,1) --owner unlocks--> (0,1,0) --pending owner--> (0,0,1)
+//   (*,1,*) or (n,*,*) --3rd+ thread--> queue on a node, tail = it; the queue head
+//       spins on the word until the lock is free, takes it (clearing the tail if it
+//       is still its own) and makes its successor head.
+//
+// Uncontended, lock() is one compare-and-swap of the locked byte and unlock() one
+// release store to it, as in the kernel, plus loads of the flag byte (no locked
+// instruction). Both use the byte, not the word, because a byte store followed by a
+// word CAS on the same address defeats store forwarding (2.8x the cost measured on
+// x86). The owner holds no node: nodes are used only while waiting.
+//
+// Nodes: 4 per thread, as the kernel's 4 per cpu (task, softirq, hardirq, NMI). A
+// thread uses a node only inside lock(), so in user space depth > 1 arises only when
+// a waiter is interrupted (a signal handler, or a waiting policy) and takes another
+// queued_lock. A thread is named in the tail by its slot (detail/thread_slots.hpp),
+// taken on first contention and returned at thread exit. Beyond 4 nested waits, or
+// with no slot (more live threads than the tail can name: 16383), a thread falls
+// back to trylock-and-park on the word, as the kernel falls back to trylock spinning.
+//
+// Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
+// spin on their node a bounded time, then sleep on it until made head. The pending
+// owner and the head spin on the word, then set `slow` and sleep on it; unlock()
+// reads the flag byte after its store and wakes them. A pending owner that loses the
+// lock after its wake-up gives pending up and queues. The kernel marks the locked
+// byte itself (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow`
+// beside it keeps unlock a store, and the store-then-load race is closed by an
+// asymmetric fence pair (detail/membarrier.hpp): the sleeper pays the heavy side.
+//
+// Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
+// it queues, so a running thread takes a lock that a sleeping (or waking) head would
+// leave idle; that is what keeps an oversubscribed machine busy, as std::mutex's
+// barging does. Queued waiters are FIFO among themselves. Bounded wait: once the
+// head has slept and been woken (or, with a policy that never sleeps, waited 128
+// rounds), it sets `handoff`; from then on the next unlock() hands it the lock
+// directly, so no thread can take it first. The head therefore waits at most its
+// spin budget, one sleep, and then the critical section in progress plus at most one
+// more (one that began in the instant between an owner's check of `handoff` and its
+// store). Overflow waiters (no node) are not fair: they take the lock whenever it is
+// free, as the kernel's fallback does.
+//
+// sizeof(queued_lock) == 4, constexpr-constructible.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/detail/futex.hpp"
+#include "hotpath/detail/membarrier.hpp"
+#include "hotpath/detail/policy.hpp"
+#include "hotpath/detail/thread_slots.hpp"
+
+namespace hotpath {
+
+template <class Policy = default_policy>
+class basic_queued_lock {
+  using wait = typename Policy::wait;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+  using slots = detail::thread_slot_registry;
+
+ public:
+  static constexpr std::uint32_t locked_val = 1;
+  static constexpr std::uint32_t locked_mask = 0xffu;
+  static constexpr std::uint32_t pending = 1u << 8;
+  static constexpr std::uint32_t slow = 1u << 9;
+  static constexpr std::uint32_t parked = 1u << 10;
+  static constexpr std::uint32_t handoff = 1u << 11;
+  static constexpr unsigned idx_shift = 16;
+  static constexpr unsigned slot_shift = 18;
+  static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
+  static constexpr unsigned nodes_per_thread = 4;
+  // With a policy that never sleeps, the head asks for the handoff (and the pending
+  // owner gives up) after this many rounds of waiting.
+  static constexpr unsigned handoff_spins = 128;
+
+  constexpr basic_queued_lock() noexcept = default;
+  basic_queued_lock(const basic_queued_lock&) = delete;
+  basic_queued_lock& operator=(const basic_queued_lock&) = delete;
+
+  void lock() noexcept {
+    if (try_lock()) [[likely]]
+      return;
+    lock_slow();
+  }
+
+  // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
+  // from 0. If every thread enters through it (try_lock() aside), nobody passes the
+  // pending owner or the queue: the lock is FIFO (priority_lock's ordinary side).
+  void lock_fifo() noexcept {
+    std::uint32_t val = 0;
+    // Acquire pairs with the release store of the previous owner's unlock().
+    if (word_.compare_exchange_strong(val, locked_val, std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+      return;
+    }
+    lock_slow();
+  }
+
+  // One attempt at the free locked byte (the steal attempt of lock()).
+  bool try_lock() noexcept {
+    if constexpr (byte_ops) {
+      std::uint8_t expected = 0;
+      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
+      return __atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
+                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    } else {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      if (val & locked_mask) return false;
+      // Acquire pairs with the release of the previous owner's unlock().
+      return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
+                                           std::memory_order_relaxed);
+    }
+  }
+
+  void unlock() noexcept {
+    HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
+    if constexpr (byte_ops) {
+      // The head may have asked for a direct handoff: then the byte must stay set.
+      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (handoff >> 8)) {
+        unlock_slow();
+        return;
+      }
+      // Release hands the critical section to the next acquire of the lock. Only the
+      // owner writes the locked byte, so a plain store suffices, as in the kernel.
+      __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
+      if constexpr (wait::parks) {
+        detail::light_fence();  // pairs with heavy_fence() in park_on_word()
+        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((slow | parked) >> 8)) wake();
+      }
+    } else {
+      unlock_slow();
+    }
+  }
+
+  // True if some thread holds the lock (a snapshot).
+  bool is_locked() const noexcept {
+    return (word_.load(std::memory_order_relaxed) & locked_mask) != 0;
+  }
+  // The whole word (a snapshot), for tests and diagnostics.
+  std::uint32_t state() const noexcept { return word_.load(std::memory_order_relaxed); }
+  // How many of this thread's nodes are in use (waits in progress), for tests.
+  static unsigned nodes_in_use() noexcept { return depth(); }
+
+ private:
+  enum : std::uint32_t { waiting = 0, head = 1, sleeping = 2 };
+
+  struct alignas(cache_line_size) node {
+    atomic<node*> next{nullptr};
+    atomic<std::uint32_t> state{waiting};
+  };
+  struct node_block {
+    node nodes[nodes_per_thread];
+  };
+  using table = detail::slot_table<node_block>;
+
+  // Byte access to the word, as the kernel does (mixed-size atomics on one object,
+  // which GCC and Clang compile to plain byte operations); only for the real
+  // std::atomic<uint32_t>, whose object representation is the value. Instrumented
+  // atomics take the word-wide path.
+#if defined(__GNUC__)
+  static constexpr bool byte_ops = detail::raw_futex_ok<atomic<std::uint32_t>>;
+#else
+  static constexpr bool byte_ops = false;
+#endif
+  // Byte i of the value (0 = bits 0-7), whatever the byte order.
+  std::uint8_t* byte_at(unsigned i) noexcept {
+    const unsigned off = std::endian::native == std::endian::little ? i : 3 - i;
+    return reinterpret_cast<std::uint8_t*>(&word_) + off;
+  }
+
+  static unsigned& depth() noexcept {
+    thread_local unsigned d = 0;
+    return d;
+  }
+
+  static node& node_of(std::uint32_t tail) noexcept {
+    return table::get((tail >> slot_shift) - 1).nodes[(tail >> idx_shift) & 3u];
+  }
+
+  // Word-wide unlock: a handoff to the head, or release with wake-ups. One RMW, so
+  // (single modification order) it sees every sleeper's flag set before it.
+  void unlock_slow() noexcept {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    std::uint32_t nv;
+    do {
+      // Handoff: the locked byte stays set and now belongs to the head.
+      nv = (val & handoff) ? val & ~(handoff | slow) : val & ~(locked_mask | slow | parked);
+      // Release pairs with the acquire load of the next owner (or the head).
+    } while (!word_.compare_exchange_weak(val, nv, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    if constexpr (wait::parks) {
+      if (val & slow) detail::unpark_channel(word_, 0);
+      if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
+    }
+  }
+
+  // Slow half of the byte-store unlock(): somebody sleeps on the word.
+  void wake() noexcept {
+    const std::uint32_t old = word_.fetch_and(~(slow | parked), std::memory_order_relaxed);
+    if (old & slow) detail::unpark_channel(word_, 0);
+    if (old & parked) detail::unpark_channel(word_, 1);
+  }
+
+  void lock_slow() noexcept {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    // Pending path: only the owner is there, so claim pending and wait without a node.
+    if ((val & (pending | tail_mask)) == 0) {
+      val = word_.fetch_or(pending, std::memory_order_relaxed);
+      if ((val & (pending | tail_mask)) == 0) {
+        if (pending_wait()) return;
+        queue(true);  // it has waited past the bound already
+        return;
+      } else if ((val & pending) == 0) {
+        // Someone queued meanwhile; withdraw the bit we set.
+        word_.fetch_and(~pending, std::memory_order_relaxed);
+      }
+    }
+    queue(false);
+  }
+
+  // We own pending: wait until the locked byte clears and take it. Spin, then sleep
+  // once (flag `slow`). If the lock is stolen after the wake-up (or, with a policy
+  // that never sleeps, for handoff_spins rounds), give pending up and return false:
+  // the caller queues, where the head's bound applies.
+  bool pending_wait() noexcept {
+    unsigned n = 0, rounds = 0;
+    bool slept = false;
+    for (;;) {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      if ((val & locked_mask) == 0) {
+        // pending -> locked; slow stays (the head may sleep too). Acquire pairs with
+        // the release store in unlock().
+        if (word_.compare_exchange_weak(val, (val & ~pending) | locked_val,
+                                        std::memory_order_acquire, std::memory_order_relaxed)) {
+          return true;
+        }
+        continue;
+      }
+      if (slept || (!wait::parks && ++rounds > handoff_spins)) {
+        word_.fetch_and(~pending, std::memory_order_relaxed);
+        return false;
+      }
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        park_on_word(0, slow, false);
+        slept = true;
+        n = 0;
+      }
+    }
+  }
+
+  // `waited`: the caller already waited past the bound (as pending owner).
+  void queue(bool waited) noexcept {
+    unsigned& d = depth();
+    const std::uint32_t slot = slots::this_thread_slot();
+    if (slot == slots::no_slot || d >= nodes_per_thread) {
+      lock_overflow();
+      return;
+    }
+    node& me = table::get_or_create(slot).nodes[d];
+    const std::uint32_t my_tail = ((slot + 1) << slot_shift) | (d << idx_shift);
+    ++d;
+    me.next.store(nullptr, std::memory_order_relaxed);
+    me.state.store(waiting, std::memory_order_relaxed);
+
+    // Swap the tail. Release publishes me's initialisation to the successor that
+    // decodes our tail; acquire pairs with the predecessor's release here.
+    std::uint32_t old = word_.load(std::memory_order_relaxed);
+    while (!word_.compare_exchange_weak(old, (old & ~tail_mask) | my_tail,
+                                        std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+    bool slept = waited;
+    if (old & tail_mask) {
+      node_of(old & tail_mask).next.store(&me, std::memory_order_release);  // read by prev
+      slept = wait_head(me) || waited;
+    }
+    head_acquire(my_tail, me, slept);
+    --d;
+  }
+
+  // Queue head: take the free lock, or, after the bound, have it handed over.
+  // `slept`: it already slept in the queue (or gave up pending), i.e. waited past
+  // the bound.
+  void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
+    unsigned n = 0, rounds = 0;
+    bool past_bound = slept, asked = false;
+    for (;;) {
+      // Acquire pairs with the release store in unlock() or the handoff RMW.
+      std::uint32_t val = word_.load(std::memory_order_acquire);
+      if (asked && (val & handoff) == 0) {
+        // Handed over: the locked byte is ours. Clear the tail if it is still ours.
+        while ((val & tail_mask) == my_tail) {
+          if (word_.compare_exchange_weak(val, val & ~tail_mask, std::memory_order_relaxed,
+                                          std::memory_order_relaxed)) {
+            return;
+          }
+        }
+        grant_next(me);
+        return;
+      }
+      if ((val & (locked_mask | pending)) == 0) {
+        // Take it; clear handoff and slow (only ours: pending is clear, so there is
+        // no pending owner asleep) and the tail if it is ours.
+        const bool last = (val & tail_mask) == my_tail;
+        const std::uint32_t keep = parked | (last ? 0 : tail_mask);
+        // Acquire pairs with the release store of the previous owner's unlock().
+        if (!word_.compare_exchange_weak(val, (val & keep) | locked_val, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          continue;
+        }
+        if (!last) grant_next(me);
+        return;
+      }
+      if (!asked && past_bound && (val & pending) == 0) {
+        // Waited past the bound: from now on the lock comes to us. (Not while a
+        // pending owner waits: it came first, and no new one can appear behind a
+        // queue.)
+        word_.fetch_or(handoff, std::memory_order_relaxed);
+        asked = true;
+        continue;
+      }
+      if (!wait::parks && ++rounds >= handoff_spins) past_bound = true;
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        park_on_word(0, slow, asked);
+        past_bound = true;  // slept once
+        n = 0;
+      }
+    }
+  }
+
+  // Make our successor the queue head.
+  void grant_next(node& me) noexcept {
+    node* succ = me.next.load(std::memory_order_acquire);
+    unsigned spins = 0;
+    while (succ == nullptr) {
+      // It swapped the tail but has not linked in yet; it cannot sleep before it does.
+      detail::relax_or_yield<wait>(spins);
+      succ = me.next.load(std::memory_order_acquire);
+    }
+    // Release/acquire with wait_head(); the old value says whether it sleeps.
+    const std::uint32_t old = succ->state.exchange(head, std::memory_order_acq_rel);
+    if constexpr (wait::parks) {
+      // succ may be running and reuse its node: a spurious wake is then harmless.
+      if (old == sleeping) detail::unpark_one(succ->state);
+    }
+  }
+
+  // Wait to be made head; true if we slept on the way.
+  bool wait_head(node& me) noexcept {
+    unsigned n = 0;
+    for (;;) {
+      // Acquire pairs with the exchange in the predecessor's grant_next().
+      if (me.state.load(std::memory_order_acquire) == head) return false;
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        std::uint32_t expected = waiting;
+        // Acquire on failure: it fails only because we were made head.
+        if (me.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
+                                             std::memory_order_acquire)) {
+          do {
+            detail::park(me.state, sleeping);
+          } while (me.state.load(std::memory_order_acquire) != head);
+          return true;
+        }
+        return false;
+      }
+    }
+  }
+
+  // No node (overflow): trylock, spin, then sleep on the word.
+  void lock_overflow() noexcept {
+    unsigned n = 0;
+    for (;;) {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      if ((val & locked_mask) == 0) {
+        // Acquire pairs with the release store in unlock().
+        if (word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
+                                        std::memory_order_relaxed)) {
+          return;
+        }
+        continue;
+      }
+      if (wait::relax(n)) continue;
+      if constexpr (wait::parks) {
+        park_on_word(1, parked, false);
+        n = 0;
+      }
+    }
+  }
+
+  // Announce a sleeper with `flag`, then sleep on `channel` while the lock is held
+  // (and, for a head that asked for the handoff, not yet handed to it). Dekker with
+  // unlock(): we set the flag, fence, load the word; it stores the locked byte,
+  // fences, loads the flag (or does one RMW that sees the flag).
+  void park_on_word(unsigned channel, std::uint32_t flag, bool asked) noexcept {
+    word_.fetch_or(flag, std::memory_order_relaxed);
+    detail::heavy_fence();  // pairs with light_fence() in unlock()
+    const std::uint32_t val = word_.load(std::memory_order_relaxed);
+    if ((val & locked_mask) == 0 || (val & flag) == 0) return;
+    if (asked && (val & handoff) == 0) return;  // handed over meanwhile
+    detail::park(word_, val, channel);
+  }
+
+  atomic<std::uint32_t> word_{0};
+};
+
+using queued_lock = basic_queued_lock<>;
+
+}  // namespace hotpath

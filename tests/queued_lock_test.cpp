@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: MIT
+#include "hotpath/queued_lock.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <type_traits>
+
+#include "support/lock_suite.hpp"
+#include "support/policies.hpp"
+#include "support/stress.hpp"
+
+namespace hotpath::test {
+namespace {
+
+using queued_types =
+    ::testing::Types<queued_lock, basic_queued_lock<spin_policy>, basic_queued_lock<yield_policy>>;
+INSTANTIATE_TYPED_TEST_SUITE_P(queued, lockable_suite, queued_types);
+
+static_assert(!std::is_copy_constructible_v<queued_lock>);
+static_assert(!std::is_move_constructible_v<queued_lock>);
+static_assert(sizeof(queued_lock) == 4);
+[[maybe_unused]] constinit queued_lock constant_initialised;  // constexpr default constructor
+
+using registry = detail::thread_slot_registry;
+
+std::vector<int> iota_vector(int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+template <class Lock>
+std::uint32_t tail_of(const Lock& l) {
+  return l.state() & Lock::tail_mask;
+}
+
+// Wait (bounded) until the lock word satisfies pred.
+template <class Lock, class Pred>
+bool wait_state(const Lock& l, Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!pred(l.state())) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// One contender: it takes the pending bit and queues nothing.
+TEST(QueuedLock, PendingPathUsesNoNode) {
+  using lock_type = basic_queued_lock<announcing_policy<spin_then_park<>>>;
+  lock_type lock;
+  waiting_threads = 0;
+  lock.lock();
+  EXPECT_EQ(lock.state(), lock_type::locked_val);  // uncontended: locked byte only
+  bool got = false;
+  std::thread t([&] {
+    lock.lock();
+    got = true;
+    lock.unlock();
+  });
+  ASSERT_TRUE(wait_for_waiters(1));
+  EXPECT_TRUE(lock.state() & lock_type::pending);
+  EXPECT_EQ(tail_of(lock), 0u);
+  EXPECT_TRUE(lock.is_locked());
+  lock.unlock();
+  t.join();
+  EXPECT_TRUE(got);
+  EXPECT_EQ(lock.state() & ~(lock_type::slow | lock_type::parked), 0u);
+}
+
+// Further contenders queue on nodes, FIFO, behind the pending owner; parked waiters
+// (no spin) exercise the sleeping head and node wake-ups.
+template <class Policy>
+void queue_path_is_fifo() {
+  using lock_type = basic_queued_lock<announcing_policy<Policy>>;
+  lock_type lock;
+  std::vector<int> order;
+  std::vector<std::thread> pool;
+  waiting_threads = 0;
+  lock.lock();
+  for (int i = 0; i < 6; ++i) {
+    pool.emplace_back([&, i] {
+      lock.lock();
+      order.push_back(i);
+      lock.unlock();
+    });
+    ASSERT_TRUE(wait_for_waiters(static_cast<unsigned>(i + 1)));
+    if (i >= 1) {
+      EXPECT_NE(tail_of(lock), 0u) << "waiter " << i << " is not queued";
+    }
+  }
+  EXPECT_TRUE(lock.state() & lock_type::pending);
+  lock.unlock();
+  for (auto& t : pool)
+    t.join();
+  EXPECT_EQ(order, iota_vector(6));
+  EXPECT_EQ(lock.state() & ~(lock_type::slow | lock_type::parked), 0u);
+}
+
+TEST(QueuedLock, QueuePathIsFifoSpinning) {
+  queue_path_is_fifo<spin_then_park<>>();
+}
+TEST(QueuedLock, QueuePathIsFifoParked) {
+  queue_path_is_fifo<spin_then_park<0, 0>>();
+}
+
+// Nested waits: a waiting policy that, while this thread waits for lock k (its node
+// k in use), takes lock k + 1, as an interrupt handler would on the same cpu. Each
+// lock is held by a helper and has a pending owner, so every wait is a queue wait.
+// Four nested waits use all four nodes; the fifth falls back to trylock-and-park.
+namespace nest {
+constexpr int kMax = 5;
+struct wait;
+using lock_type = basic_queued_lock<basic_policy<wait>>;
+inline lock_type locks[kMax];
+inline int target = 0;  // how many locks the test thread nests
+inline thread_local bool nester = false;
+inline std::atomic<int> taken{0};  // locks the nester has begun to take
+inline unsigned max_depth = 0;     // nodes in use seen by the nester
+struct wait {
+  static constexpr bool parks = true;
+  static bool relax(unsigned& n) noexcept {
+    if (nester) {
+      const unsigned d = lock_type::nodes_in_use();
+      if (d > max_depth) max_depth = d;
+      if (taken < target && static_cast<int>(d) == taken) {
+        // Waiting for lock `taken - 1` (or the first): interrupt and take the next.
+        const int k = taken++;
+        locks[k].lock();
+        locks[k].unlock();
+      }
+    }
+    return spin_then_park<64, 8>::relax(n);
+  }
+};
+}  // namespace nest
+
+void nested_waits(int depth) {
+  using namespace nest;
+  target = depth;
+  max_depth = 0;
+  std::atomic<bool> release{false};
+  std::vector<std::thread> helpers;
+  // Holders and pending owners for locks 0..depth-1.
+  for (int k = 0; k < depth; ++k) {
+    std::atomic<bool> held{false};
+    helpers.emplace_back([&, k] {
+      locks[k].lock();
+      held = true;
+      while (!release.load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      locks[k].unlock();
+    });
+    while (!held.load())
+      std::this_thread::yield();
+    helpers.emplace_back([k] {
+      locks[k].lock();
+      locks[k].unlock();
+    });
+    ASSERT_TRUE(wait_state(locks[k], [](std::uint32_t s) { return s & lock_type::pending; }));
+  }
+  // The nester waits for lock 0 and, from its waits, takes 1, 2, ...; the helpers
+  // let go once it is deep enough.
+  std::thread t([&] {
+    nester = true;
+    taken = 1;  // lock 0 is its own outermost wait
+    locks[0].lock();
+    locks[0].unlock();
+    nester = false;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (taken < depth && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The innermost wait: queued on lock depth-1 (four deep), or, five deep, parked
+  // on lock 4 without a node (the overflow waiter's flag).
+  auto& last = locks[depth - 1];
+  if (depth <= 4) {
+    EXPECT_TRUE(wait_state(last, [](std::uint32_t s) { return (s & lock_type::tail_mask) != 0; }));
+  } else {
+    EXPECT_TRUE(wait_state(last, [](std::uint32_t s) { return (s & lock_type::parked) != 0; }));
+    EXPECT_EQ(last.state() & lock_type::tail_mask, 0u);
+  }
+  release = true;
+  t.join();
+  for (auto& h : helpers)
+    h.join();
+  EXPECT_EQ(taken, depth);
+  for (int k = 0; k < depth; ++k)
+    EXPECT_FALSE(locks[k].is_locked());
+}
+
+TEST(QueuedLock, NestedWaitsFourDeepUseAllNodes) {
+  nested_waits(4);
+  EXPECT_EQ(nest::max_depth, 4u);
+  EXPECT_EQ(nest::lock_type::nodes_in_use(), 0u);
+}
+TEST(QueuedLock, NestedWaitsFiveDeepFallBack) {
+  nested_waits(5);
+  EXPECT_EQ(nest::max_depth, 4u);  // never a fifth node
+}
+
+// Holding several queued_locks at once needs no node at all.
+TEST(QueuedLock, HoldingFiveLocksHoldsNoNode) {
+  queued_lock locks[5];
+  for (auto& l : locks)
+    l.lock();
+  EXPECT_EQ(queued_lock::nodes_in_use(), 0u);
+  for (auto& l : locks)
+    l.unlock();
+}
+
+// Threads come and go in waves; slots are returned at exit and reused, so the
+// numbers handed out stay bounded by the threads alive at once.
+TEST(QueuedLock, SlotRegistryReusesSlotsOfExitedThreads) {
+  registry& r = registry::instance();
+  queued_lock lock;
+  std::uint64_t counter = 0;
+  constexpr unsigned kWave = 6, kWaves = 12;
+  const std::uint32_t base_live = r.live();
+  const std::uint32_t base_high = r.high_water();
+  for (unsigned w = 0; w < kWaves; ++w) {
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < kWave; ++i) {
+      pool.emplace_back([&] {
+        (void)registry::this_thread_slot();  // every thread takes one
+        for (int k = 0; k < 2000; ++k) {
+          lock.lock();
+          ++counter;
+          lock.unlock();
+        }
+      });
+    }
+    for (auto& t : pool)
+      t.join();
+    EXPECT_EQ(r.live(), base_live) << "wave " << w << ": slots not returned";
+  }
+  EXPECT_EQ(counter, std::uint64_t{kWave} * kWaves * 2000);
+  // Without reuse, 72 threads would have needed 72 numbers.
+  EXPECT_LE(r.high_water(), std::max(base_high, base_live + kWave));
+}
+
+// More live threads than slots: those without one fall back and still exclude.
+// Every thread asks for its slot first, as one that met contention before would.
+// A barrier makes them all live at once.
+template <class Lock>
+struct slot_first {
+  Lock l;
+  unsigned threads;
+  std::atomic<unsigned> arrived{0};
+  void lock() {
+    thread_local const Lock* seen = nullptr;
+    if (seen != &l) {
+      seen = &l;
+      (void)registry::this_thread_slot();
+      arrived.fetch_add(1);
+      while (arrived.load() < threads)
+        std::this_thread::yield();
+    }
+    l.lock();
+  }
+  void unlock() { l.unlock(); }
+};
+
+TEST(QueuedLock, MoreThreadsThanSlots) {
+  registry& r = registry::instance();
+  const std::uint32_t old_limit = r.limit();
+  r.set_limit(r.live() + 2);
+  const std::uint64_t refused = r.refusals();
+  for (const bool spin : {false, true}) {
+    SCOPED_TRACE(spin);
+    slot_first<queued_lock> parking{{}, 8};
+    slot_first<basic_queued_lock<spin_policy>> spinning{{}, 8};
+    const stress_result res = spin ? stress_lock(spinning, 8, 20000, std::chrono::milliseconds(400))
+                                   : stress_lock(parking, 8, 20000, std::chrono::milliseconds(400));
+    EXPECT_EQ(res.violations, 0u);
+    EXPECT_EQ(res.counter, res.total);
+    EXPECT_GT(res.total, 0u);
+  }
+  EXPECT_GT(r.refusals(), refused);  // some threads ran without a slot
+  r.set_limit(old_limit);
+}
+
+// Bounded wait: two threads re-take the lock back to back (each unlock is followed at
+// once by a steal attempt) until the queued threads are through. Without the head's
+// handoff they could starve until the deadline; they must get in while the
+// hammering goes on.
+template <class Lock>
+void queued_threads_get_through() {
+  Lock lock;
+  std::atomic<bool> done{false};
+  std::atomic<unsigned> through{0};
+  std::uint64_t counter = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto hammer = [&] {
+    while (!done.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
+      for (int i = 0; i < 1000; ++i) {
+        lock.lock();
+        ++counter;
+        lock.unlock();
+      }
+    }
+  };
+  std::thread h1(hammer), h2(hammer);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        lock.lock();
+        ++counter;
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // re-enter as a newcomer
+      }
+      through.fetch_add(1);
+    });
+  }
+  for (auto& w : waiters)
+    w.join();
+  const bool in_time = std::chrono::steady_clock::now() < deadline;
+  done = true;
+  h1.join();
+  h2.join();
+  EXPECT_EQ(through.load(), 4u);
+  EXPECT_TRUE(in_time) << "queued threads starved while others re-took the lock";
+}
+
+TEST(QueuedLock, QueuedThreadsAreNotStarvedByStealers) {
+  queued_threads_get_through<queued_lock>();
+}
+TEST(QueuedLock, QueuedThreadsAreNotStarvedYieldPolicy) {
+  queued_threads_get_through<basic_queued_lock<yield_policy>>();
+}
+
+TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {
+  using namespace std::chrono_literals;
+  queued_lock parking;
+  basic_queued_lock<spin_policy> spinning;
+  const auto parked = cpu_while_waiting(parking, 4, 50ms, 300ms);
+  const auto spun = cpu_while_waiting(spinning, 4, 50ms, 300ms);
+  EXPECT_LT(parked, 30ms) << "parked waiters used " << parked.count() << " ns of CPU";
+  EXPECT_GT(spun, 100ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
+}
+
+}  // namespace
+}  // namespace hotpath::test
