@@ -21,8 +21,8 @@ using namespace std::chrono_literals;
 
 template <class S>
 class QdiscTest : public ::testing::Test {};
-using strategies =
-    ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy, defer_strategy>;
+using strategies = ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy,
+                                    queued_strategy, priority_strategy, defer_strategy>;
 TYPED_TEST_SUITE(QdiscTest, strategies);
 
 struct traffic_result {

@@ -9,11 +9,13 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -104,9 +106,9 @@ class histogram {
       counts_[i] += o.counts_[i];
     n_ += o.n_;
   }
-  std::uint64_t count() const { return n_; }
+  [[nodiscard]] std::uint64_t count() const { return n_; }
   // Upper edge of the bucket holding quantile q.
-  double quantile(double q) const {
+  [[nodiscard]] double quantile(double q) const {
     if (n_ == 0) return 0;
     const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(n_)));
     std::uint64_t seen = 0;
@@ -118,7 +120,7 @@ class histogram {
   }
 
  private:
-  static constexpr unsigned sub = 16;
+  static constexpr std::size_t sub = 16;
   static std::size_t index(std::uint64_t v) {
     if (v < sub) return static_cast<std::size_t>(v);
     const unsigned e = 63u - static_cast<unsigned>(__builtin_clzll(v));  // v in [2^e, 2^e+1)
@@ -193,6 +195,28 @@ struct result {
 
 // ---------------------------------------------------------------- one run
 
+// Where the transmit thread sleeps while the FIFO is empty.
+struct doorbell_t {
+  alignas(64) std::atomic<bool> asleep{false};  // read by every sender after each enqueue
+  std::mutex m;
+  std::condition_variable cv;
+
+  template <class Ready>
+  void sleep(Ready ready) {
+    std::unique_lock lk(m);
+    asleep.store(true, std::memory_order_relaxed);  // ordered by m for a ringer that sees it
+    cv.wait_for(lk, std::chrono::microseconds(200), ready);
+    asleep.store(false, std::memory_order_relaxed);
+  }
+  void ring() {
+    // One ringer per sleep. Taking m orders our enqueue before the sleeper's next
+    // look at the FIFO, or our notify after it has started to wait.
+    if (!asleep.exchange(false, std::memory_order_relaxed)) return;
+    const std::scoped_lock g(m);
+    cv.notify_one();
+  }
+};
+
 template <class Strategy>
 result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uint64_t build_iters) {
   qdisc<Strategy> q(params{o.limit, o.batch}, std::max<std::size_t>(o.limit, 8192));
@@ -200,6 +224,7 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
   std::atomic<bool> go{false}, stop{false};
   std::vector<std::int64_t> offered(nsenders);
   std::vector<histogram> enq_hist(nsenders);
+  doorbell_t doorbell;
 
   auto sender = [&](unsigned id) {
     const std::uint64_t period = o.rate > 0 ? static_cast<std::uint64_t>(1e9 / o.rate) : 0;
@@ -229,6 +254,9 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
       } else {
         q.enqueue(p);
       }
+      // The transmit thread sleeps when the FIFO is empty; whoever finds it asleep
+      // after an enqueue wakes it (__netif_schedule raising the tx softirq).
+      if (doorbell.asleep.load(std::memory_order_relaxed)) doorbell.ring();
       ++n;
     }
     offered[id] = n;
@@ -248,13 +276,14 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
     tx_t0 = now_ns();
     while (!stop.load(std::memory_order_relaxed)) {
       if (q.backlog() == 0) {
-        // Idle: poll the backlog hint (not the lock) for up to 20 us, as a busy-polling
-        // driver would, then give the cpu away once.
+        // Idle: poll the backlog hint (not the lock) for a few microseconds, then
+        // sleep until a sender rings (or 200 us pass: a ring can be missed in the
+        // instant before we sleep).
         const auto i0 = now_ns();
         unsigned spins = 0;
-        while (q.backlog() == 0 && now_ns() - i0 < 20000 && !stop.load(std::memory_order_relaxed))
+        while (q.backlog() == 0 && now_ns() - i0 < 5000 && !stop.load(std::memory_order_relaxed))
           hotpath::spin_wait::relax(spins);
-        if (q.backlog() == 0) std::this_thread::yield();
+        if (q.backlog() == 0) doorbell.sleep([&] { return q.backlog() != 0; });
         idle_ns += now_ns() - i0;
         continue;
       }
@@ -350,8 +379,8 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
 
 template <class... S>
 struct strategy_list {};
-using all_strategies =
-    strategy_list<tas_strategy, ticket_strategy, busylock_strategy, defer_strategy>;
+using all_strategies = strategy_list<tas_strategy, ticket_strategy, busylock_strategy,
+                                     queued_strategy, priority_strategy, defer_strategy>;
 
 template <class... S>
 std::vector<std::string> names(strategy_list<S...>) {
@@ -418,7 +447,7 @@ std::string parse(int argc, char** argv, options& o, bool& help) {
       if (i + 1 >= argc) return "option " + std::string(arg) + " needs a value";
       value = argv[++i];
     }
-    const std::string bad = "bad value '" + std::string(value) + "' for " + std::string(arg);
+    std::string bad = "bad value '" + std::string(value) + "' for " + std::string(arg);
     if (arg == "--strategies") {
       o.strategies = split(value);
       for (auto& s : o.strategies)

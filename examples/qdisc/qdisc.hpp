@@ -30,8 +30,9 @@
 #include <thread>
 #include <vector>
 
-#include <hotpath/mcs_lock.hpp>
 #include <hotpath/percpu_counter.hpp>
+#include <hotpath/priority_lock.hpp>
+#include <hotpath/queued_lock.hpp>
 #include <hotpath/rcu_cell.hpp>
 #include <hotpath/ticket_lock.hpp>
 
@@ -123,6 +124,30 @@ struct ticket_strategy : plain_strategy<ticket_lock> {
   static constexpr std::string_view name = "ticket";
 };
 
+// 2016 proposal: no busylock, the qdisc lock is a queued (MCS-style) lock.
+struct queued_strategy : plain_strategy<queued_lock> {
+  static constexpr std::string_view name = "queued";
+};
+
+// The transmit thread takes the lock on the privileged side: it waits for at most
+// the critical section in progress, however many senders are queued.
+class priority_strategy {
+ public:
+  static constexpr std::string_view name = "priority";
+  static constexpr bool defers = false;
+  using token = no_token;
+  token lock_sender(bool /*tx_running*/) noexcept {
+    lock_.lock();
+    return {};
+  }
+  void unlock_sender(token) noexcept { lock_.unlock(); }
+  void lock_tx() noexcept { lock_.lock_priority(); }
+  void unlock_tx() noexcept { lock_.unlock(); }
+
+ private:
+  priority_lock lock_;
+};
+
 // 2010 ("net: add additional lock to qdisc to increase throughput"): a sender that
 // finds the qdisc running (contended = qdisc_is_running(q)) takes busylock first
 // and holds it across its qdisc-lock section, so at most one sender at a time
@@ -152,13 +177,13 @@ class busylock_strategy {
 
 // 2025: a sender pushes onto a lock-free list; the one that found the list empty
 // takes the qdisc lock, takes the whole list, restores FIFO order and enqueues it.
-// Lock is the qdisc lock (a spinlock in the kernel: qspinlock; mcs_lock for now).
+// Lock is the qdisc lock (a spinlock in the kernel: qspinlock, so queued_lock).
 template <class Lock>
 class basic_defer_strategy : public plain_strategy<Lock> {
  public:
   static constexpr bool defers = true;
 };
-struct defer_strategy : basic_defer_strategy<mcs_lock> {
+struct defer_strategy : basic_defer_strategy<queued_lock> {
   static constexpr std::string_view name = "defer-list";
 };
 
@@ -184,7 +209,7 @@ class qdisc {
   qdisc(const qdisc&) = delete;
   qdisc& operator=(const qdisc&) = delete;
 
-  static constexpr std::string_view name() noexcept { return Strategy::name; }
+  [[nodiscard]] static constexpr std::string_view name() noexcept { return Strategy::name; }
 
   // Offer one packet. ok: it is in the FIFO (or, with the defer list, handed to
   // the sender that will move it there; a drop there is counted, not returned).
@@ -227,15 +252,19 @@ class qdisc {
   // Swap in new parameters while traffic runs. A lower limit drops nothing already
   // queued; it only refuses new packets until the backlog is below it.
   void set_params(params p) { params_.store(check(p, ring_.size())); }
-  params current_params() const { return *params_.read(); }
+  [[nodiscard]] params current_params() const { return *params_.read(); }
 
   // Packets in the FIFO (a relaxed snapshot; exact once traffic has stopped).
-  std::size_t backlog() const noexcept { return qlen_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t backlog() const noexcept {
+    return qlen_.load(std::memory_order_relaxed);
+  }
   // Is the transmit side holding packets it dequeued (qdisc_is_running)?
-  bool tx_running() const noexcept { return tx_running_.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool tx_running() const noexcept {
+    return tx_running_.load(std::memory_order_relaxed);
+  }
 
-  std::int64_t stat(counter c) const { return stats_.sum(c); }
-  counters stats() const { return stats_.snapshot(); }
+  [[nodiscard]] std::int64_t stat(counter c) const { return stats_.sum(c); }
+  [[nodiscard]] counters stats() const { return stats_.snapshot(); }
 
   Strategy& strategy() noexcept { return strategy_; }
 
