@@ -559,7 +559,7 @@ bool write_json(const std::string& path, const options& o, double ns_per_iter,
     << ",\n  \"runs\": [\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const result& r = rs[i];
-    f << "    {\"strategy\": \"" << r.strategy << "\", \"senders\": " << r.senders
+    f << R"(    {"strategy": ")" << r.strategy << R"(", "senders": )" << r.senders
       << ", \"seconds\": " << r.seconds << ", \"offered\": " << r.offered
       << ", \"enqueued\": " << r.enqueued << ", \"dropped\": " << r.dropped
       << ", \"transmitted\": " << r.transmitted << ", \"backlog\": " << r.backlog
