@@ -113,17 +113,7 @@ TEST(McsLock, DeepNestingBeyondInlineNodes) {
 }
 
 TEST(McsLock, WaitersParkInsteadOfBurningCpu) {
-  using namespace std::chrono_literals;
-  mcs_lock parking;
-  basic_mcs_lock<spin_policy> spinning;
-  const auto parked = cpu_while_waiting(parking, 4, 50ms, 300ms);
-  const auto spun = cpu_while_waiting(spinning, 4, 50ms, 300ms);
-  // Parked waiters must cost next to nothing, whatever else the machine runs. The
-  // spinning control shows the measurement can see waiting: on a loaded machine it
-  // gets less than two cores, so it is held only to a floor and to the contrast.
-  EXPECT_LT(parked, 30ms) << "parked waiters used " << parked.count() << " ns of CPU";
-  EXPECT_GT(spun, 20ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
-  EXPECT_GT(spun, 4 * parked);
+  expect_waiters_park<mcs_lock, basic_mcs_lock<spin_policy>>();
 }
 
 }  // namespace

@@ -332,13 +332,7 @@ TEST(QueuedLock, QueuedThreadsAreNotStarvedYieldPolicy) {
 }
 
 TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {
-  using namespace std::chrono_literals;
-  queued_lock parking;
-  basic_queued_lock<spin_policy> spinning;
-  const auto parked = cpu_while_waiting(parking, 4, 50ms, 300ms);
-  const auto spun = cpu_while_waiting(spinning, 4, 50ms, 300ms);
-  EXPECT_LT(parked, 30ms) << "parked waiters used " << parked.count() << " ns of CPU";
-  EXPECT_GT(spun, 100ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
+  expect_waiters_park<queued_lock, basic_queued_lock<spin_policy>>();
 }
 
 }  // namespace
