@@ -5,10 +5,13 @@ set(hotpath_demo_commands)
 if(TARGET hotpath-quickstart)
   list(APPEND hotpath_demo_commands COMMAND $<TARGET_FILE:hotpath-quickstart>)
 endif()
+if(TARGET hotpath-qdisc)
+  list(APPEND hotpath_demo_commands COMMAND $<TARGET_FILE:hotpath-qdisc>)
+endif()
 if(TARGET hotpath-bench)
   list(APPEND hotpath_demo_commands
        COMMAND $<TARGET_FILE:hotpath-bench> --benchmark_min_time=0.1
                "--benchmark_filter=^uncontended/|^contended/.*/threads:(1|2|8)/")
 endif()
 add_custom_target(demo ${hotpath_demo_commands} USES_TERMINAL VERBATIM
-                  COMMENT "hotpath demo: locks against std::mutex and test-and-set")
+                  COMMENT "hotpath demo: locks against std::mutex and test-and-set, the qdisc experiment")
