@@ -7,11 +7,13 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -248,14 +250,58 @@ TEST(PercpuCounter, SingleThreadBasics) {
   c.add(1'000'000);
   EXPECT_LE(detail::distance(c.read(), std::int64_t{1'000'000 + 10 + 700 - 5000}),
             static_cast<std::uint64_t>(c.error_bound()));
+  const std::int64_t first_bound = c.error_bound();
   c.set_batch(1);
-  EXPECT_EQ(c.error_bound(), 0);
-  c.inc();  // with batch 1 every add folds, everything pending goes with it
+  EXPECT_EQ(c.batch(), 1);
+  // Words filled under the old batch keep their deltas: the bound stays the old one.
+  EXPECT_EQ(c.error_bound(), first_bound);
+  const std::int64_t before = c.sum();
+  c.inc();  // with batch 1 every add folds, but only the current cpu's word goes with it
+  EXPECT_EQ(c.sum(), before + 1);
+  EXPECT_LE(detail::distance(c.read(), c.sum()), static_cast<std::uint64_t>(c.error_bound()));
   percpu_counter<std::uint32_t> u;
   u.dec();
   EXPECT_EQ(u.sum(), 0xffffffffu);
   u.inc();
   EXPECT_EQ(u.sum(), 0u);
+}
+
+// set_batch() lowering the batch: the words filled under the old one keep deltas up
+// to the old batch - 1, and compare() must still fall back to sum() for them.
+TEST(PercpuCounter, CompareRightAfterTheBatchIsLowered) {
+  percpu_counter<> c;
+  const std::vector<unsigned> cpus = allowed_cpus();
+  const std::size_t used = std::min<std::size_t>(cpus.size(), 2);
+  ASSERT_GE(used, 1u);
+  for (std::size_t i = 0; i < used; ++i) {
+    std::thread([&, i] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus[i], &set);
+      EXPECT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
+      c.add(30);  // below the default batch: stays in this cpu's word
+    }).join();
+  }
+  const auto total = static_cast<std::int64_t>(30 * used);
+  ASSERT_EQ(c.sum(), total);
+  ASSERT_EQ(c.read(), 0);
+  c.set_batch(1);
+  EXPECT_GE(c.error_bound(), total);
+  for (std::int64_t rhs = -2; rhs <= total + 2; ++rhs)
+    EXPECT_EQ(c.compare(rhs), sign(total - rhs)) << "rhs " << rhs;
+  c.set_batch(8);  // raising it again keeps the largest
+  EXPECT_GE(c.error_bound(), total);
+}
+
+// A batch so large that words * slots * (batch - 1) overflows: the bound saturates.
+TEST(PercpuCounter, ErrorBoundSaturates) {
+  percpu_counter<> c;
+  c.set_batch(std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(c.error_bound(), std::numeric_limits<std::int64_t>::max());
+  c.add(5);
+  EXPECT_EQ(c.compare(4), 1);
+  EXPECT_EQ(c.compare(5), 0);
+  EXPECT_EQ(c.compare(6), -1);
 }
 
 // Fields stay apart, also when a slot spans two cache lines (N = 9: 144 bytes of

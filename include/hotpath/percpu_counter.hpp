@@ -29,7 +29,8 @@
 // per 32 adds here) for the shared centre; percpu_stats, which has no centre, does not.
 //
 // Error bound of read(). Every add that has returned leaves each word within
-// (-batch, batch), so with no add in progress
+// (-batch, batch), where batch is the largest ever set (a word keeps what it holds
+// when set_batch() lowers the batch), so with no add in progress
 //   |read() - exact| <= error_bound() = words_per_slot * slots * (batch - 1)
 // (words_per_slot is 2 where the rseq path is compiled in, else 1; in a process where
 // rseq is registered, the slow words stay 0 and the kernel's batch * cpus holds).
@@ -46,6 +47,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "hotpath/detail/config.hpp"
@@ -92,7 +94,8 @@ class percpu_counter {
   }
 
   percpu_counter() : percpu_counter(T{0}) {}
-  explicit percpu_counter(T initial) : batch_(default_batch()), count_(initial) {}
+  explicit percpu_counter(T initial)
+      : batch_(default_batch()), max_batch_(default_batch()), count_(initial) {}
   percpu_counter(const percpu_counter&) = delete;
   percpu_counter& operator=(const percpu_counter&) = delete;
 
@@ -150,16 +153,29 @@ class percpu_counter {
   }
   // Deltas fold into the centre once they reach `b` (>= 1). Takes effect for
   // later adds (a word beyond a smaller new batch folds at its next add); may be
-  // called concurrently with them.
+  // called concurrently with them. Words filled under a larger batch keep their
+  // deltas until their cpu adds again, so error_bound() stays that of the largest
+  // batch ever set.
   void set_batch(std::int64_t b) noexcept {
     HOTPATH_ASSERT(b >= 1, "percpu_counter: batch must be at least 1");
+    // Raise the bound first: a word may fill up to b - 1 as soon as b is visible.
+    std::int64_t m = max_batch_.load(std::memory_order_relaxed);
+    while (m < b && !max_batch_.compare_exchange_weak(m, b, std::memory_order_relaxed,
+                                                      std::memory_order_relaxed)) {
+    }
     batch_.store(b, std::memory_order_relaxed);
   }
 
-  // The most read() can differ from the exact value while no add() is in progress;
-  // each add() in progress may add batch() - 1 + |v| (header comment).
+  // The most read() can differ from the exact value while no add() is in progress,
+  // from the largest batch ever set, saturating at INT64_MAX; each add() in progress
+  // may add that batch - 1 + |v| (header comment).
   std::int64_t error_bound() const noexcept {
-    return words_per_slot * static_cast<std::int64_t>(slots_.size()) * (batch() - 1);
+    const std::int64_t per_word = max_batch_.load(std::memory_order_relaxed) - 1;
+    const std::int64_t words = words_per_slot * static_cast<std::int64_t>(slots_.size());
+    std::int64_t bound = 0;
+    if (__builtin_mul_overflow(words, per_word, &bound))
+      return std::numeric_limits<std::int64_t>::max();
+    return bound;
   }
 
   // Diagnostics: the deltas not yet folded into the centre, per path (the rseq words
@@ -211,6 +227,7 @@ class percpu_counter {
   // Read on every add: kept apart from the centre, which folds write.
   slots_type slots_;
   std::atomic<std::int64_t> batch_;
+  std::atomic<std::int64_t> max_batch_;  // never decreases; for error_bound()
   alignas(cache_line_size) std::atomic<T> count_;
 };
 
