@@ -304,6 +304,22 @@ TEST(PercpuCounter, ErrorBoundSaturates) {
   EXPECT_EQ(c.compare(6), -1);
 }
 
+// Unsigned counters: dec() is a delta of -1, not 2^32 - 1, so it does not fold.
+TEST(PercpuCounter, UnsignedDecrementIsASmallDelta) {
+  percpu_counter<std::uint32_t> u(10);
+  u.dec();
+  u.dec();
+  u.inc();
+  EXPECT_EQ(u.sum(), 9u);
+  EXPECT_EQ(u.read(), 10u) << "a decrement of an unsigned counter folded";
+  const auto d = u.unfolded();
+  EXPECT_EQ(d.rseq + d.portable, -1);
+  percpu_counter<std::uint64_t> w;
+  w.dec();
+  EXPECT_EQ(w.read(), 0u);
+  EXPECT_EQ(w.sum(), ~std::uint64_t{0});
+}
+
 // Fields stay apart, also when a slot spans two cache lines (N = 9: 144 bytes of
 // words, stride 256), on both paths.
 TEST(PercpuStats, FieldsStayApartInWideSlots) {

@@ -74,8 +74,9 @@ inline bool beyond(std::int64_t n, std::int64_t batch) noexcept {
 
 template <class T = std::int64_t>
 class percpu_counter {
-  static_assert(std::is_integral_v<T> && sizeof(T) <= sizeof(std::int64_t),
-                "percpu_counter<T>: T must be an integral type of at most 64 bits");
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                    sizeof(T) <= sizeof(std::int64_t),
+                "percpu_counter<T>: T must be a non-bool integral type of at most 64 bits");
 
   struct slot {
     std::atomic<std::int64_t> fast{0};
@@ -100,7 +101,9 @@ class percpu_counter {
   percpu_counter& operator=(const percpu_counter&) = delete;
 
   void add(T v) noexcept {
-    const auto d = static_cast<std::int64_t>(v);
+    // Through the signed type: an unsigned T's -1 (dec()) is a delta of -1, not
+    // 2^32 - 1 that would fold every time; the centre wraps modulo 2^bits either way.
+    const auto d = static_cast<std::int64_t>(static_cast<std::make_signed_t<T>>(v));
 #if HOTPATH_RSEQ
     const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
     switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
