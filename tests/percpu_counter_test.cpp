@@ -320,6 +320,68 @@ TEST(PercpuCounter, UnsignedDecrementIsASmallDelta) {
   EXPECT_EQ(w.sum(), ~std::uint64_t{0});
 }
 
+// The portable path with |v| >= batch, so every add folds, contended by more threads
+// than cpus: a folder may hold only one word (|w| < batch) plus its own v, never
+// another thread's v. So at any moment read() lags the exact value by at most
+// error_bound() + (batch - 1 + v) per add in progress. Half the threads add without
+// pause (preempted inside add(), they are the folders); the other half add now and
+// then and are mostly idle, so their adds must be in the centre once done.
+TEST(PercpuCounter, PortableFolderHoldsOnlyItsOwnDelta) {
+  percpu_counter<> c;
+  constexpr std::int64_t batch = 4, v = 1000;
+  c.set_batch(batch);
+  constexpr unsigned threads = 8;
+  struct alignas(cache_line_size) progress {
+    std::atomic<std::int64_t> started{0};
+    std::atomic<std::int64_t> done{0};
+  };
+  std::vector<progress> p(threads);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      set_rseq_fast_path(false);
+      for (std::int64_t i = 1; !stop.load(std::memory_order_relaxed) && i < 20'000'000; ++i) {
+        p[t].started.store(i, std::memory_order_seq_cst);
+        c.add(v);
+        p[t].done.store(i, std::memory_order_seq_cst);
+        if (t % 2 == 1) std::this_thread::sleep_for(20us);
+      }
+    });
+  }
+  std::vector<std::int64_t> d1(threads);
+  std::uint64_t checks = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::int64_t lo = 0;
+    for (unsigned t = 0; t < threads; ++t) {
+      d1[t] = p[t].done.load(std::memory_order_seq_cst);
+      lo += d1[t] * v;
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::int64_t r = c.read();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // A thread may have been inside add() during read() only if it started an add
+    // that had not finished before.
+    std::int64_t in_progress = 0;
+    for (unsigned t = 0; t < threads; ++t)
+      if (p[t].started.load(std::memory_order_seq_cst) > d1[t]) ++in_progress;
+    const std::int64_t slack = c.error_bound() + in_progress * (batch - 1 + v);
+    ASSERT_GE(r, lo - slack) << "read() fell further behind than documented, " << in_progress
+                             << " adds in progress";
+    ++checks;
+  }
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& th : pool)
+    th.join();
+  std::int64_t total = 0;
+  for (auto& x : p)
+    total += x.done.load(std::memory_order_relaxed) * v;
+  EXPECT_GT(checks, 100u);
+  EXPECT_EQ(c.sum(), total);
+  EXPECT_LE(detail::distance(c.read(), total), static_cast<std::uint64_t>(c.error_bound()));
+}
+
 // Fields stay apart, also when a slot spans two cache lines (N = 9: 144 bytes of
 // words, stride 256), on both paths.
 TEST(PercpuStats, FieldsStayApartInWideSlots) {

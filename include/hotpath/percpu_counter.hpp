@@ -14,8 +14,9 @@
 // v go into the centre with one relaxed fetch_add, the only shared write, once per
 // `batch` adds per cpu. The portable path (no rseq registered, sanitizer builds,
 // other architectures, or set_rseq_fast_path(false)) does the same with a relaxed
-// fetch_add on the slow word of the slot current_cpu() names, and folds with an
-// exchange. The two words never mix: a non-locked rseq store on cpu 0 would lose a
+// CAS loop on the slow word of the slot current_cpu() names: it stores the new
+// delta if it stays within the batch, else swaps in 0 and puts the delta plus v
+// into the centre. The two words never mix: a non-locked rseq store on cpu 0 would lose a
 // locked add that a migrated thread made to the same word from cpu 1.
 //
 // No lock: the kernel folds under a spinlock with preemption off; in user space a
@@ -34,11 +35,12 @@
 //   |read() - exact| <= error_bound() = words_per_slot * slots * (batch - 1)
 // (words_per_slot is 2 where the rseq path is compiled in, else 1; in a process where
 // rseq is registered, the slow words stay 0 and the kernel's batch * cpus holds).
-// Each thread in the middle of an add() adds at most batch - 1 + |v| to that: the
-// delta it has taken but not yet put into the centre (a two-instruction window, so
-// in practice only a thread preempted there), or, on the portable path, its v already
-// in a word that it has yet to fold. sum() reads the centre and every word (O(cpus));
-// it is exact whenever no add runs concurrently.
+// Each thread in the middle of an add() adds at most batch - 1 + |v| to that, as in
+// the kernel: the word it has taken plus its own v, not yet put into the centre (a
+// two-instruction window, so in practice only a thread preempted there). A folder
+// never holds another thread's v: on both paths it takes a word that every
+// returned add left within the batch. sum() reads the centre and every word
+// (O(cpus)); it is exact whenever no add runs concurrently.
 #pragma once
 
 #include <algorithm>
@@ -217,14 +219,27 @@ class percpu_counter {
   }
 #endif
 
+  // A CAS loop rather than fetch_add then exchange: with those, a folder could
+  // take other threads' deltas (already added, their add() returned) and be
+  // preempted before putting them into the centre. Here a folder only ever holds
+  // the word it replaced (|w| < batch) plus its own d, as the kernel's does.
   void add_portable(std::int64_t d) noexcept {
     std::atomic<std::int64_t>& w = slots_[slots_.index(current_cpu())].slow;
-    // Relaxed: the word is only a statistic; sum() after a join sees it through
-    // the join's happens-before.
-    const std::int64_t now = detail::wrapping_add(w.fetch_add(d, std::memory_order_relaxed), d);
-    if (!detail::beyond(now, batch_.load(std::memory_order_relaxed))) return;
-    const std::int64_t taken = w.exchange(0, std::memory_order_relaxed);
-    count_.fetch_add(static_cast<T>(taken), std::memory_order_relaxed);
+    const std::int64_t batch = batch_.load(std::memory_order_relaxed);
+    // Relaxed throughout: the word is only a statistic; sum() after a join sees it
+    // through the join's happens-before.
+    std::int64_t old = w.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::int64_t now = detail::wrapping_add(old, d);
+      if (!detail::beyond(now, batch)) {
+        if (w.compare_exchange_weak(old, now, std::memory_order_relaxed, std::memory_order_relaxed))
+          return;
+      } else if (w.compare_exchange_weak(old, 0, std::memory_order_relaxed,
+                                         std::memory_order_relaxed)) {
+        count_.fetch_add(static_cast<T>(now), std::memory_order_relaxed);
+        return;
+      }
+    }
   }
 
   // Read on every add: kept apart from the centre, which folds write.
