@@ -7,11 +7,13 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -248,14 +250,136 @@ TEST(PercpuCounter, SingleThreadBasics) {
   c.add(1'000'000);
   EXPECT_LE(detail::distance(c.read(), std::int64_t{1'000'000 + 10 + 700 - 5000}),
             static_cast<std::uint64_t>(c.error_bound()));
+  const std::int64_t first_bound = c.error_bound();
   c.set_batch(1);
-  EXPECT_EQ(c.error_bound(), 0);
-  c.inc();  // with batch 1 every add folds, everything pending goes with it
+  EXPECT_EQ(c.batch(), 1);
+  // Words filled under the old batch keep their deltas: the bound stays the old one.
+  EXPECT_EQ(c.error_bound(), first_bound);
+  const std::int64_t before = c.sum();
+  c.inc();  // with batch 1 every add folds, but only the current cpu's word goes with it
+  EXPECT_EQ(c.sum(), before + 1);
+  EXPECT_LE(detail::distance(c.read(), c.sum()), static_cast<std::uint64_t>(c.error_bound()));
   percpu_counter<std::uint32_t> u;
   u.dec();
   EXPECT_EQ(u.sum(), 0xffffffffu);
   u.inc();
   EXPECT_EQ(u.sum(), 0u);
+}
+
+// set_batch() lowering the batch: the words filled under the old one keep deltas up
+// to the old batch - 1, and compare() must still fall back to sum() for them.
+TEST(PercpuCounter, CompareRightAfterTheBatchIsLowered) {
+  percpu_counter<> c;
+  const std::vector<unsigned> cpus = allowed_cpus();
+  const std::size_t used = std::min<std::size_t>(cpus.size(), 2);
+  ASSERT_GE(used, 1u);
+  for (std::size_t i = 0; i < used; ++i) {
+    std::thread([&, i] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus[i], &set);
+      EXPECT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
+      c.add(30);  // below the default batch: stays in this cpu's word
+    }).join();
+  }
+  const auto total = static_cast<std::int64_t>(30 * used);
+  ASSERT_EQ(c.sum(), total);
+  ASSERT_EQ(c.read(), 0);
+  c.set_batch(1);
+  EXPECT_GE(c.error_bound(), total);
+  for (std::int64_t rhs = -2; rhs <= total + 2; ++rhs)
+    EXPECT_EQ(c.compare(rhs), sign(total - rhs)) << "rhs " << rhs;
+  c.set_batch(8);  // raising it again keeps the largest
+  EXPECT_GE(c.error_bound(), total);
+}
+
+// A batch so large that words * slots * (batch - 1) overflows: the bound saturates.
+TEST(PercpuCounter, ErrorBoundSaturates) {
+  percpu_counter<> c;
+  c.set_batch(std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(c.error_bound(), std::numeric_limits<std::int64_t>::max());
+  c.add(5);
+  EXPECT_EQ(c.compare(4), 1);
+  EXPECT_EQ(c.compare(5), 0);
+  EXPECT_EQ(c.compare(6), -1);
+}
+
+// Unsigned counters: dec() is a delta of -1, not 2^32 - 1, so it does not fold.
+TEST(PercpuCounter, UnsignedDecrementIsASmallDelta) {
+  percpu_counter<std::uint32_t> u(10);
+  u.dec();
+  u.dec();
+  u.inc();
+  EXPECT_EQ(u.sum(), 9u);
+  EXPECT_EQ(u.read(), 10u) << "a decrement of an unsigned counter folded";
+  const auto d = u.unfolded();
+  EXPECT_EQ(d.rseq + d.portable, -1);
+  percpu_counter<std::uint64_t> w;
+  w.dec();
+  EXPECT_EQ(w.read(), 0u);
+  EXPECT_EQ(w.sum(), ~std::uint64_t{0});
+}
+
+// The portable path with |v| >= batch, so every add folds, contended by more threads
+// than cpus: a folder may hold only one word (|w| < batch) plus its own v, never
+// another thread's v. So at any moment read() lags the exact value by at most
+// error_bound() + (batch - 1 + v) per add in progress. Half the threads add without
+// pause (preempted inside add(), they are the folders); the other half add now and
+// then and are mostly idle, so their adds must be in the centre once done.
+TEST(PercpuCounter, PortableFolderHoldsOnlyItsOwnDelta) {
+  percpu_counter<> c;
+  constexpr std::int64_t batch = 4, v = 1000;
+  c.set_batch(batch);
+  constexpr unsigned threads = 8;
+  struct alignas(cache_line_size) progress {
+    std::atomic<std::int64_t> started{0};
+    std::atomic<std::int64_t> done{0};
+  };
+  std::vector<progress> p(threads);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      set_rseq_fast_path(false);
+      for (std::int64_t i = 1; !stop.load(std::memory_order_relaxed) && i < 20'000'000; ++i) {
+        p[t].started.store(i, std::memory_order_seq_cst);
+        c.add(v);
+        p[t].done.store(i, std::memory_order_seq_cst);
+        if (t % 2 == 1) std::this_thread::sleep_for(20us);
+      }
+    });
+  }
+  std::vector<std::int64_t> d1(threads);
+  std::uint64_t checks = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::int64_t lo = 0;
+    for (unsigned t = 0; t < threads; ++t) {
+      d1[t] = p[t].done.load(std::memory_order_seq_cst);
+      lo += d1[t] * v;
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::int64_t r = c.read();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // A thread may have been inside add() during read() only if it started an add
+    // that had not finished before.
+    std::int64_t in_progress = 0;
+    for (unsigned t = 0; t < threads; ++t)
+      if (p[t].started.load(std::memory_order_seq_cst) > d1[t]) ++in_progress;
+    const std::int64_t slack = c.error_bound() + in_progress * (batch - 1 + v);
+    ASSERT_GE(r, lo - slack) << "read() fell further behind than documented, " << in_progress
+                             << " adds in progress";
+    ++checks;
+  }
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& th : pool)
+    th.join();
+  std::int64_t total = 0;
+  for (auto& x : p)
+    total += x.done.load(std::memory_order_relaxed) * v;
+  EXPECT_GT(checks, 100u);
+  EXPECT_EQ(c.sum(), total);
+  EXPECT_LE(detail::distance(c.read(), total), static_cast<std::uint64_t>(c.error_bound()));
 }
 
 // Fields stay apart, also when a slot spans two cache lines (N = 9: 144 bytes of

@@ -14,8 +14,9 @@
 // v go into the centre with one relaxed fetch_add, the only shared write, once per
 // `batch` adds per cpu. The portable path (no rseq registered, sanitizer builds,
 // other architectures, or set_rseq_fast_path(false)) does the same with a relaxed
-// fetch_add on the slow word of the slot current_cpu() names, and folds with an
-// exchange. The two words never mix: a non-locked rseq store on cpu 0 would lose a
+// CAS loop on the slow word of the slot current_cpu() names: it stores the new
+// delta if it stays within the batch, else swaps in 0 and puts the delta plus v
+// into the centre. The two words never mix: a non-locked rseq store on cpu 0 would lose a
 // locked add that a migrated thread made to the same word from cpu 1.
 //
 // No lock: the kernel folds under a spinlock with preemption off; in user space a
@@ -29,15 +30,17 @@
 // per 32 adds here) for the shared centre; percpu_stats, which has no centre, does not.
 //
 // Error bound of read(). Every add that has returned leaves each word within
-// (-batch, batch), so with no add in progress
+// (-batch, batch), where batch is the largest ever set (a word keeps what it holds
+// when set_batch() lowers the batch), so with no add in progress
 //   |read() - exact| <= error_bound() = words_per_slot * slots * (batch - 1)
 // (words_per_slot is 2 where the rseq path is compiled in, else 1; in a process where
 // rseq is registered, the slow words stay 0 and the kernel's batch * cpus holds).
-// Each thread in the middle of an add() adds at most batch - 1 + |v| to that: the
-// delta it has taken but not yet put into the centre (a two-instruction window, so
-// in practice only a thread preempted there), or, on the portable path, its v already
-// in a word that it has yet to fold. sum() reads the centre and every word (O(cpus));
-// it is exact whenever no add runs concurrently.
+// Each thread in the middle of an add() adds at most batch - 1 + |v| to that, as in
+// the kernel: the word it has taken plus its own v, not yet put into the centre (a
+// two-instruction window, so in practice only a thread preempted there). A folder
+// never holds another thread's v: on both paths it takes a word that every
+// returned add left within the batch. sum() reads the centre and every word
+// (O(cpus)); it is exact whenever no add runs concurrently.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +49,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "hotpath/detail/config.hpp"
@@ -72,8 +76,9 @@ inline bool beyond(std::int64_t n, std::int64_t batch) noexcept {
 
 template <class T = std::int64_t>
 class percpu_counter {
-  static_assert(std::is_integral_v<T> && sizeof(T) <= sizeof(std::int64_t),
-                "percpu_counter<T>: T must be an integral type of at most 64 bits");
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                    sizeof(T) <= sizeof(std::int64_t),
+                "percpu_counter<T>: T must be a non-bool integral type of at most 64 bits");
 
   struct slot {
     std::atomic<std::int64_t> fast{0};
@@ -92,12 +97,15 @@ class percpu_counter {
   }
 
   percpu_counter() : percpu_counter(T{0}) {}
-  explicit percpu_counter(T initial) : batch_(default_batch()), count_(initial) {}
+  explicit percpu_counter(T initial)
+      : batch_(default_batch()), max_batch_(default_batch()), count_(initial) {}
   percpu_counter(const percpu_counter&) = delete;
   percpu_counter& operator=(const percpu_counter&) = delete;
 
   void add(T v) noexcept {
-    const auto d = static_cast<std::int64_t>(v);
+    // Through the signed type: an unsigned T's -1 (dec()) is a delta of -1, not
+    // 2^32 - 1 that would fold every time; the centre wraps modulo 2^bits either way.
+    const auto d = static_cast<std::int64_t>(static_cast<std::make_signed_t<T>>(v));
 #if HOTPATH_RSEQ
     const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
     switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
@@ -150,16 +158,29 @@ class percpu_counter {
   }
   // Deltas fold into the centre once they reach `b` (>= 1). Takes effect for
   // later adds (a word beyond a smaller new batch folds at its next add); may be
-  // called concurrently with them.
+  // called concurrently with them. Words filled under a larger batch keep their
+  // deltas until their cpu adds again, so error_bound() stays that of the largest
+  // batch ever set.
   void set_batch(std::int64_t b) noexcept {
     HOTPATH_ASSERT(b >= 1, "percpu_counter: batch must be at least 1");
+    // Raise the bound first: a word may fill up to b - 1 as soon as b is visible.
+    std::int64_t m = max_batch_.load(std::memory_order_relaxed);
+    while (m < b && !max_batch_.compare_exchange_weak(m, b, std::memory_order_relaxed,
+                                                      std::memory_order_relaxed)) {
+    }
     batch_.store(b, std::memory_order_relaxed);
   }
 
-  // The most read() can differ from the exact value while no add() is in progress;
-  // each add() in progress may add batch() - 1 + |v| (header comment).
+  // The most read() can differ from the exact value while no add() is in progress,
+  // from the largest batch ever set, saturating at INT64_MAX; each add() in progress
+  // may add that batch - 1 + |v| (header comment).
   std::int64_t error_bound() const noexcept {
-    return words_per_slot * static_cast<std::int64_t>(slots_.size()) * (batch() - 1);
+    const std::int64_t per_word = max_batch_.load(std::memory_order_relaxed) - 1;
+    const std::int64_t words = words_per_slot * static_cast<std::int64_t>(slots_.size());
+    std::int64_t bound = 0;
+    if (__builtin_mul_overflow(words, per_word, &bound))
+      return std::numeric_limits<std::int64_t>::max();
+    return bound;
   }
 
   // Diagnostics: the deltas not yet folded into the centre, per path (the rseq words
@@ -198,19 +219,33 @@ class percpu_counter {
   }
 #endif
 
+  // A CAS loop rather than fetch_add then exchange: with those, a folder could
+  // take other threads' deltas (already added, their add() returned) and be
+  // preempted before putting them into the centre. Here a folder only ever holds
+  // the word it replaced (|w| < batch) plus its own d, as the kernel's does.
   void add_portable(std::int64_t d) noexcept {
     std::atomic<std::int64_t>& w = slots_[slots_.index(current_cpu())].slow;
-    // Relaxed: the word is only a statistic; sum() after a join sees it through
-    // the join's happens-before.
-    const std::int64_t now = detail::wrapping_add(w.fetch_add(d, std::memory_order_relaxed), d);
-    if (!detail::beyond(now, batch_.load(std::memory_order_relaxed))) return;
-    const std::int64_t taken = w.exchange(0, std::memory_order_relaxed);
-    count_.fetch_add(static_cast<T>(taken), std::memory_order_relaxed);
+    const std::int64_t batch = batch_.load(std::memory_order_relaxed);
+    // Relaxed throughout: the word is only a statistic; sum() after a join sees it
+    // through the join's happens-before.
+    std::int64_t old = w.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::int64_t now = detail::wrapping_add(old, d);
+      if (!detail::beyond(now, batch)) {
+        if (w.compare_exchange_weak(old, now, std::memory_order_relaxed, std::memory_order_relaxed))
+          return;
+      } else if (w.compare_exchange_weak(old, 0, std::memory_order_relaxed,
+                                         std::memory_order_relaxed)) {
+        count_.fetch_add(static_cast<T>(now), std::memory_order_relaxed);
+        return;
+      }
+    }
   }
 
   // Read on every add: kept apart from the centre, which folds write.
   slots_type slots_;
   std::atomic<std::int64_t> batch_;
+  std::atomic<std::int64_t> max_batch_;  // never decreases; for error_bound()
   alignas(cache_line_size) std::atomic<T> count_;
 };
 

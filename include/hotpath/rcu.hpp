@@ -18,12 +18,20 @@
 //
 // Threads get a reader slot on their first lock() and give it back when they exit
 // (a thread_local hook); slots live in a grow-only list and are reused, so
-// registering never blocks and a writer never waits for an exited thread.
+// registering never blocks and a writer never waits for an exited thread. A section
+// opened after the hook ran (another thread_local's destructor reading under RCU)
+// takes a slot and gives it back at its outermost unlock().
+//
+// Read-side sections must not be entered from a signal handler: lock() counts the
+// nesting before it stores the sequence, so a handler that interrupts it between
+// the two would find itself "nested" in a section that does not hold writers yet.
 //
 // Retire pushes onto a lock-free list and never waits for a grace period: when a
-// batch has gathered, a retiring thread outside any read-side section starts a
-// grace period for it and polls it on later retires; reclamation runs the batch
-// once every reader has passed. rcu_synchronize and rcu_barrier are the only calls
+// batch has gathered, the retiring thread starts a grace period for it and polls
+// it on later retires (a thread inside a read-side section does this at its
+// outermost unlock(), so writers that only retire inside sections still reclaim,
+// and no deleter runs inside a caller's section); reclamation runs the batch once
+// every reader has passed. rcu_synchronize and rcu_barrier are the only calls
 // that block, and calling them inside a read-side section is a precondition
 // violation (it would wait for itself), asserted in debug builds.
 #pragma once
@@ -99,6 +107,10 @@ class basic_rcu_domain {
     thread_state& s = local();
     HOTPATH_ASSERT(s.nesting > 0, "rcu_domain::unlock() outside a read-side section");
     if (--s.nesting != 0) return;
+    if (s.unlock_work) [[unlikely]] {
+      unlock_slow(s);
+      return;
+    }
     // Release: the section's loads happen before a writer's acquire load of 0 in
     // passed(), which then frees what we read.
     s.rec->ctr.store(0, std::memory_order_release);
@@ -122,9 +134,18 @@ class basic_rcu_domain {
     } while (!pending_.compare_exchange_weak(head, n, std::memory_order_release,
                                              std::memory_order_relaxed));
     const std::size_t count = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
-    const thread_state& s = local();
-    // Never reclaim inside our own section (it would wait for us) or from a deleter.
-    if (count >= batch_size && s.nesting == 0 && !s.reclaiming) poll();
+    thread_state& s = local();
+    // Never from a deleter. Inside our own section, leave it to the outermost
+    // unlock(): our slot would hold up any batch we start (its ctr is older than
+    // the new sequence), and deleters should not run inside a caller's section.
+    if (count >= batch_size && !s.reclaiming) {
+      if (s.nesting == 0) {
+        poll();
+      } else {
+        s.poll_due = true;
+        s.unlock_work = true;
+      }
+    }
   }
 
   // Returns after every retire scheduled before the call has been reclaimed.
@@ -166,7 +187,9 @@ class basic_rcu_domain {
     reader* rec = nullptr;
     unsigned nesting = 0;
     bool reclaiming = false;
-    bool exited = false;  // the exit hook has run (thread_local destruction)
+    bool exited = false;       // the exit hook has run (thread_local destruction)
+    bool poll_due = false;     // a retire inside a section found a batch to start
+    bool unlock_work = false;  // exited || poll_due: the outermost unlock() has more to do
   };
   static thread_state& local() noexcept {
     thread_local thread_state s;
@@ -178,17 +201,37 @@ class basic_rcu_domain {
     ~exit_hook() {
       thread_state& s = local();
       s.exited = true;
+      s.unlock_work = true;
       if (s.rec == nullptr) return;
-      // A thread that exits inside a section broke a precondition; free it anyway.
+      // A thread that exits inside a section broke a precondition; free it anyway
+      // (its unlock() in a later thread_local destructor then finds no slot).
       s.rec->ctr.store(0, std::memory_order_release);
       s.rec->in_use.store(false, std::memory_order_release);  // read by claim_slot()
       s.rec = nullptr;
     }
   };
 
+  // The outermost unlock() of a thread past its exit hook, or with a poll due.
+  [[gnu::noinline, gnu::cold]] void unlock_slow(thread_state& s) noexcept {
+    if (reader* r = s.rec) {
+      r->ctr.store(0, std::memory_order_release);  // as in unlock()
+      if (s.exited) {
+        // No exit hook will run again: give the slot back now.
+        r->in_use.store(false, std::memory_order_release);  // read by claim_slot()
+        s.rec = nullptr;
+      }
+    }
+    // Our section is over: a batch started now does not wait for it.
+    if (s.poll_due && !s.reclaiming) {
+      s.poll_due = false;
+      poll();
+    }
+    s.unlock_work = s.exited || s.poll_due;
+  }
+
   reader* register_thread(thread_state& s) noexcept {
     // Past the exit hook (another thread_local's destructor reads under RCU): take a
-    // slot that is never given back; with ctr 0 it costs writers nothing.
+    // slot for this section only; unlock_slow() gives it back.
     if (!s.exited) {
       thread_local exit_hook hook;
       (void)hook;

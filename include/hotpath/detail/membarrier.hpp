@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 
 #include "hotpath/detail/config.hpp"
 
@@ -68,8 +69,11 @@ inline void heavy_fence() noexcept {
 #else
 #if defined(__linux__) && defined(SYS_membarrier)
   if (membarrier_available()) {
-    // Cannot fail once registered; fall through to a fence if it ever does.
-    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+    // Cannot fail once registered. If it ever did, a fence here would not do: the
+    // light side is only a compiler barrier, so nothing would order the readers,
+    // and a grace period could end under them. Stop rather than free memory early.
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) std::abort();
+    return;
   }
 #endif
   std::atomic_thread_fence(std::memory_order_seq_cst);
