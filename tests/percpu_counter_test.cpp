@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/cpus.hpp"
+
 extern char** environ;
 
 namespace hotpath::test {
@@ -28,16 +30,6 @@ using namespace std::chrono_literals;
 
 static_assert(std::is_default_constructible_v<percpu_stats<3>>);
 static_assert(!std::is_copy_constructible_v<percpu_counter<>>);
-
-std::vector<unsigned> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<unsigned> out;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
 
 int sign(std::int64_t x) {
   return x > 0 ? 1 : (x < 0 ? -1 : 0);

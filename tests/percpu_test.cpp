@@ -11,19 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "support/cpus.hpp"
+
 namespace hotpath::test {
 namespace {
-
-// The cpus this process may run on.
-std::vector<unsigned> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<unsigned> out;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
 
 bool pin_self(unsigned cpu) {
   cpu_set_t set;

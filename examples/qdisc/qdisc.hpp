@@ -113,7 +113,7 @@ class plain_strategy {
   void lock_tx() noexcept { lock_.lock(); }
   void unlock_tx() noexcept { lock_.unlock(); }
 
- private:
+ protected:
   Lock lock_;
 };
 
@@ -131,21 +131,9 @@ struct queued_strategy : plain_strategy<queued_lock> {
 
 // The transmit thread takes the lock on the privileged side: it waits for at most
 // the critical section in progress, however many senders are queued.
-class priority_strategy {
- public:
+struct priority_strategy : plain_strategy<priority_lock> {
   static constexpr std::string_view name = "priority";
-  static constexpr bool defers = false;
-  using token = no_token;
-  token lock_sender(bool /*tx_running*/) noexcept {
-    lock_.lock();
-    return {};
-  }
-  void unlock_sender(token) noexcept { lock_.unlock(); }
   void lock_tx() noexcept { lock_.lock_priority(); }
-  void unlock_tx() noexcept { lock_.unlock(); }
-
- private:
-  priority_lock lock_;
 };
 
 // 2010 ("net: add additional lock to qdisc to increase throughput"): a sender that
