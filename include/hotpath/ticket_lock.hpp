@@ -19,6 +19,12 @@
 // sleepers_ after its store without a locked instruction: the sleeper pays for the
 // store-load ordering with an asymmetric heavy fence (membarrier) instead.
 //
+// Lifetime: with a parking policy, unlock() reads sleepers_ after the store that
+// releases the lock, so the lock must outlive every unlock() call in progress; do not
+// put it in an object that whichever thread next takes the lock may free (use
+// mcs_lock or queued_lock there). Removing the read would need a locked RMW in
+// unlock(), doubling the uncontended cost.
+//
 // sizeof(ticket_lock) == 12.
 #pragma once
 
