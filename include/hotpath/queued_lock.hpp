@@ -129,11 +129,15 @@ class basic_queued_lock {
     }
   }
 
+  // Safe to destroy the lock once unlocked, even while the unlock() that released it
+  // to us is still returning: after its release, unlock() writes nothing to the word
+  // (only futex wake-ups, harmless on an address whose object has ended).
   void unlock() noexcept {
     HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
     if constexpr (byte_ops) {
-      // The head may have asked for a direct handoff: then the byte must stay set.
-      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (handoff >> 8)) {
+      // A handoff is asked for (the byte must stay set), or somebody sleeps: release
+      // and clear the flags in one RMW, then only wake.
+      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((handoff | slow | parked) >> 8)) {
         unlock_slow();
         return;
       }
@@ -142,7 +146,16 @@ class basic_queued_lock {
       __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
       if constexpr (wait::parks) {
         detail::light_fence();  // pairs with heavy_fence() in park_on_word()
-        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((slow | parked) >> 8)) wake();
+        // A sleeper announced itself between our check and our store. The lock may
+        // already be retaken, released and destroyed, so no RMW here: wake and leave
+        // the flag set. No wake-up is lost: a sleeper that flagged before our store is
+        // seen by this load (fence pair) and woken, or saw the byte clear and did not
+        // sleep; the stale flag makes the next unlock() take unlock_slow(), which
+        // clears it and wakes (at worst spuriously: sleepers loop). The load itself may
+        // read a destroyed lock's storage: a stray flag costs a spurious wake.
+        const std::uint8_t f = __atomic_load_n(byte_at(1), __ATOMIC_RELAXED);
+        if (f & (slow >> 8)) detail::unpark_channel(word_, 0);
+        if (f & (parked >> 8)) detail::unpark_channel(word_, 1);
       }
     } else {
       unlock_slow();
@@ -195,7 +208,8 @@ class basic_queued_lock {
   }
 
   // Word-wide unlock: a handoff to the head, or release with wake-ups. One RMW, so
-  // (single modification order) it sees every sleeper's flag set before it.
+  // (single modification order) it sees every sleeper's flag set before it; after
+  // it succeeds the word is not touched again (the lock may be gone).
   void unlock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     std::uint32_t nv;
@@ -209,13 +223,6 @@ class basic_queued_lock {
       if (val & slow) detail::unpark_channel(word_, 0);
       if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
     }
-  }
-
-  // Slow half of the byte-store unlock(): somebody sleeps on the word.
-  void wake() noexcept {
-    const std::uint32_t old = word_.fetch_and(~(slow | parked), std::memory_order_relaxed);
-    if (old & slow) detail::unpark_channel(word_, 0);
-    if (old & parked) detail::unpark_channel(word_, 1);
   }
 
   void lock_slow() noexcept {
