@@ -44,6 +44,13 @@ TEST(PriorityLock, OrdinarySideIsFifo) {
   EXPECT_EQ(acquisition_order(lock, 8), expected);
 }
 
+// A signal ending the sleep of the gate's pending owner (waiter 1; waiter 0 holds
+// the gate and waits on the owner word) must not send it behind later arrivals.
+TEST(PriorityLock, OrdinarySideStaysFifoWhenAWaiterIsSignalled) {
+  basic_priority_lock<announcing_policy<spin_then_park<>>> lock;
+  EXPECT_EQ(acquisition_order(lock, 4, 1), (std::vector<int>{0, 1, 2, 3}));
+}
+
 #if !defined(NDEBUG) && !HOTPATH_TSAN
 // A second privileged request while the first holds the lock trips the assertion.
 TEST(PriorityLockDeathTest, SecondPrivilegedUserAsserts) {

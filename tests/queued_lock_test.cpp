@@ -110,6 +110,29 @@ TEST(QueuedLock, QueuePathIsFifoParked) {
   queue_path_is_fifo<spin_then_park<0, 0>>();
 }
 
+// The pending owner keeps its place whatever ends its sleep (a signal here): it
+// never requeues behind later arrivals. Through lock_fifo(), and through lock()
+// when nobody steals.
+template <class Lock>
+struct fifo_entry {
+  Lock& l;
+  void lock() noexcept { l.lock_fifo(); }
+  void unlock() noexcept { l.unlock(); }
+};
+
+template <class Wait>
+void pending_owner_keeps_its_place() {
+  const std::vector<int> expected = iota_vector(4);
+  basic_queued_lock<announcing_policy<Wait>> a, b;
+  fifo_entry<decltype(a)> fifo{a};
+  EXPECT_EQ(acquisition_order(fifo, 4, 0), expected);
+  EXPECT_EQ(acquisition_order(b, 4, 0), expected);
+}
+
+TEST(QueuedLock, PendingOwnerKeepsItsPlaceWhenSignalled) {
+  pending_owner_keeps_its_place<spin_then_park<>>();
+}
+
 // Nested waits: a waiting policy that, while this thread waits for lock k (its node
 // k in use), takes lock k + 1, as an interrupt handler would on the same cpu. Each
 // lock is held by a helper and has a pending owner, so every wait is a queue wait.
