@@ -25,8 +25,10 @@ class thread_slot_registry {
   static constexpr std::uint32_t max_slots = (1u << 14) - 1;  // slot + 1 fits 14 bits
   static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
 
+  // Never destroyed: a thread (a detached one, say) may exit, and give its slot
+  // back, during or after exit()'s static destructors.
   static thread_slot_registry& instance() noexcept {
-    static thread_slot_registry r;
+    static thread_slot_registry& r = *new thread_slot_registry;
     return r;
   }
 
