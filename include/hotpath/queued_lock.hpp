@@ -29,7 +29,10 @@
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
 // a waiter is interrupted (a signal handler, or a waiting policy) and takes another
 // queued_lock. A thread is named in the tail by its slot (detail/thread_slots.hpp),
-// taken on first contention and returned at thread exit. Beyond 4 nested waits, or
+// taken on first contention and returned at thread exit. That first contention takes
+// a mutex and allocates, so it must not happen in a signal handler: a thread that
+// may contend in one contends once (or calls detail::thread_slot_registry::
+// this_thread_slot()) outside it first. Beyond 4 nested waits, or
 // with no slot (more live threads than the tail can name: 16383), a thread falls
 // back to trylock-and-park on the word, as the kernel falls back to trylock spinning.
 //
