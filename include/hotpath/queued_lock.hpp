@@ -6,8 +6,9 @@
 //   bit  9     slow: the pending owner or the queue head sleeps on the word; unlock
 //              must wake it
 //   bit  10    parked: an overflow waiter (no node) sleeps; unlock must wake it
-//   bit  11    handoff: the queue head has waited past its bound; unlock passes the
-//              lock to it (clears this bit, leaves the locked byte set)
+//   bit  11    handoff: the pending owner, or else the queue head, has waited past
+//              its bound; unlock passes the lock to it (clears this bit, leaves the
+//              locked byte set)
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
@@ -28,15 +29,19 @@
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
 // a waiter is interrupted (a signal handler, or a waiting policy) and takes another
 // queued_lock. A thread is named in the tail by its slot (detail/thread_slots.hpp),
-// taken on first contention and returned at thread exit. Beyond 4 nested waits, or
+// taken on first contention and returned at thread exit. That first contention takes
+// a mutex and allocates, so it must not happen in a signal handler: a thread that
+// may contend in one contends once (or calls detail::thread_slot_registry::
+// this_thread_slot()) outside it first. Beyond 4 nested waits, or
 // with no slot (more live threads than the tail can name: 16383), a thread falls
 // back to trylock-and-park on the word, as the kernel falls back to trylock spinning.
 //
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending
 // owner and the head spin on the word, then set `slow` and sleep on it; unlock()
-// reads the flag byte after its store and wakes them. A pending owner that loses the
-// lock after its wake-up gives pending up and queues. The kernel marks the locked
+// reads the flag byte after its store and wakes them. The pending owner keeps
+// pending until it has the lock (so a signal or a spurious wake-up never sends it
+// behind later arrivals); past its bound it asks for the handoff. The kernel marks the locked
 // byte itself (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow`
 // beside it keeps unlock a store, and the store-then-load race is closed by an
 // asymmetric fence pair (detail/membarrier.hpp): the sleeper pays the heavy side.
@@ -44,10 +49,11 @@
 // Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
 // leave idle; that is what keeps an oversubscribed machine busy, as std::mutex's
-// barging does. Queued waiters are FIFO among themselves. Bounded wait: once the
-// head has slept and been woken (or, with a policy that never sleeps, waited 128
-// rounds), it sets `handoff`; from then on the next unlock() hands it the lock
-// directly, so no thread can take it first. The head therefore waits at most its
+// barging does. The pending owner and the queued waiters are FIFO among themselves
+// (lock_fifo() alone is FIFO outright). Bounded wait: once the pending owner, or
+// with none the head, has slept and been woken (or, with a policy that never
+// sleeps, waited 128 rounds), it sets `handoff`; from then on the next unlock()
+// hands it the lock directly, so no thread can take it first. Each waits at most its
 // spin budget, one sleep, and then the critical section in progress plus at most one
 // more (one that began in the instant between an owner's check of `handoff` and its
 // store). Overflow waiters (no node) are not fair: they take the lock whenever it is
@@ -86,8 +92,8 @@ class basic_queued_lock {
   static constexpr unsigned slot_shift = 18;
   static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
   static constexpr unsigned nodes_per_thread = 4;
-  // With a policy that never sleeps, the head asks for the handoff (and the pending
-  // owner gives up) after this many rounds of waiting.
+  // With a policy that never sleeps, the pending owner or the head asks for the
+  // handoff after this many rounds of waiting.
   static constexpr unsigned handoff_spins = 128;
 
   constexpr basic_queued_lock() noexcept = default;
@@ -129,11 +135,15 @@ class basic_queued_lock {
     }
   }
 
+  // Safe to destroy the lock once unlocked, even while the unlock() that released it
+  // to us is still returning: after its release, unlock() writes nothing to the word
+  // (only futex wake-ups, harmless on an address whose object has ended).
   void unlock() noexcept {
     HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
     if constexpr (byte_ops) {
-      // The head may have asked for a direct handoff: then the byte must stay set.
-      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (handoff >> 8)) {
+      // A handoff is asked for (the byte must stay set), or somebody sleeps: release
+      // and clear the flags in one RMW, then only wake.
+      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((handoff | slow | parked) >> 8)) {
         unlock_slow();
         return;
       }
@@ -142,7 +152,16 @@ class basic_queued_lock {
       __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
       if constexpr (wait::parks) {
         detail::light_fence();  // pairs with heavy_fence() in park_on_word()
-        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((slow | parked) >> 8)) wake();
+        // A sleeper announced itself between our check and our store. The lock may
+        // already be retaken, released and destroyed, so no RMW here: wake and leave
+        // the flag set. No wake-up is lost: a sleeper that flagged before our store is
+        // seen by this load (fence pair) and woken, or saw the byte clear and did not
+        // sleep; the stale flag makes the next unlock() take unlock_slow(), which
+        // clears it and wakes (at worst spuriously: sleepers loop). The load itself may
+        // read a destroyed lock's storage: a stray flag costs a spurious wake.
+        const std::uint8_t f = __atomic_load_n(byte_at(1), __ATOMIC_RELAXED);
+        if (f & (slow >> 8)) detail::unpark_channel(word_, 0);
+        if (f & (parked >> 8)) detail::unpark_channel(word_, 1);
       }
     } else {
       unlock_slow();
@@ -195,7 +214,8 @@ class basic_queued_lock {
   }
 
   // Word-wide unlock: a handoff to the head, or release with wake-ups. One RMW, so
-  // (single modification order) it sees every sleeper's flag set before it.
+  // (single modification order) it sees every sleeper's flag set before it; after
+  // it succeeds the word is not touched again (the lock may be gone).
   void unlock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     std::uint32_t nv;
@@ -211,63 +231,64 @@ class basic_queued_lock {
     }
   }
 
-  // Slow half of the byte-store unlock(): somebody sleeps on the word.
-  void wake() noexcept {
-    const std::uint32_t old = word_.fetch_and(~(slow | parked), std::memory_order_relaxed);
-    if (old & slow) detail::unpark_channel(word_, 0);
-    if (old & parked) detail::unpark_channel(word_, 1);
-  }
-
   void lock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     // Pending path: only the owner is there, so claim pending and wait without a node.
     if ((val & (pending | tail_mask)) == 0) {
       val = word_.fetch_or(pending, std::memory_order_relaxed);
       if ((val & (pending | tail_mask)) == 0) {
-        if (pending_wait()) return;
-        queue(true);  // it has waited past the bound already
+        pending_wait();
         return;
       } else if ((val & pending) == 0) {
         // Someone queued meanwhile; withdraw the bit we set.
         word_.fetch_and(~pending, std::memory_order_relaxed);
       }
     }
-    queue(false);
+    queue();
   }
 
   // We own pending: wait until the locked byte clears and take it. Spin, then sleep
-  // once (flag `slow`). If the lock is stolen after the wake-up (or, with a policy
-  // that never sleeps, for handoff_spins rounds), give pending up and return false:
-  // the caller queues, where the head's bound applies.
-  bool pending_wait() noexcept {
+  // (flag `slow`). We never give pending up (a spurious wake, a signal, or losing the
+  // free lock to a stealer would otherwise send us behind later arrivals): once past
+  // the bound (slept once, or handoff_spins rounds with a policy that never sleeps)
+  // we ask for the handoff, as the head does. The bit is ours alone: the head asks
+  // only while pending is clear, and nobody takes pending while a queue exists.
+  void pending_wait() noexcept {
     unsigned n = 0, rounds = 0;
-    bool slept = false;
+    bool past_bound = false, asked = false;
     for (;;) {
-      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      // Acquire pairs with the release store in unlock() or the handoff RMW.
+      std::uint32_t val = word_.load(std::memory_order_acquire);
+      if (asked && (val & handoff) == 0) {
+        // Handed over: the locked byte is ours; now let the head contend.
+        word_.fetch_and(~pending, std::memory_order_relaxed);
+        return;
+      }
       if ((val & locked_mask) == 0) {
-        // pending -> locked; slow stays (the head may sleep too). Acquire pairs with
-        // the release store in unlock().
-        if (word_.compare_exchange_weak(val, (val & ~pending) | locked_val,
+        // pending -> locked, and our handoff request (if any) withdrawn; slow stays
+        // (the head may sleep too). Acquire pairs with the release store in unlock().
+        if (word_.compare_exchange_weak(val, (val & ~(pending | handoff)) | locked_val,
                                         std::memory_order_acquire, std::memory_order_relaxed)) {
-          return true;
+          return;
         }
         continue;
       }
-      if (slept || (!wait::parks && ++rounds > handoff_spins)) {
-        word_.fetch_and(~pending, std::memory_order_relaxed);
-        return false;
+      if (!asked && past_bound) {
+        word_.fetch_or(handoff, std::memory_order_relaxed);
+        asked = true;
+        continue;
       }
+      if (!wait::parks && ++rounds >= handoff_spins) past_bound = true;
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
-        park_on_word(0, slow, false);
-        slept = true;
+        park_on_word(0, slow, asked);
+        past_bound = true;  // slept once
         n = 0;
       }
     }
   }
 
-  // `waited`: the caller already waited past the bound (as pending owner).
-  void queue(bool waited) noexcept {
+  void queue() noexcept {
     unsigned& d = depth();
     const std::uint32_t slot = slots::this_thread_slot();
     if (slot == slots::no_slot || d >= nodes_per_thread) {
@@ -286,18 +307,17 @@ class basic_queued_lock {
     while (!word_.compare_exchange_weak(old, (old & ~tail_mask) | my_tail,
                                         std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
-    bool slept = waited;
+    bool slept = false;
     if (old & tail_mask) {
       node_of(old & tail_mask).next.store(&me, std::memory_order_release);  // read by prev
-      slept = wait_head(me) || waited;
+      slept = wait_head(me);
     }
     head_acquire(my_tail, me, slept);
     --d;
   }
 
   // Queue head: take the free lock, or, after the bound, have it handed over.
-  // `slept`: it already slept in the queue (or gave up pending), i.e. waited past
-  // the bound.
+  // `slept`: it already slept in the queue, i.e. waited past the bound.
   void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
     unsigned n = 0, rounds = 0;
     bool past_bound = slept, asked = false;

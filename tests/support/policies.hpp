@@ -3,8 +3,11 @@
 // so a test knows a waiter has taken its place in a queue before starting the next.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <thread>
 
 #include "hotpath/detail/policy.hpp"
@@ -41,9 +44,11 @@ inline bool wait_for_waiters(unsigned n, std::chrono::seconds limit = std::chron
 }
 
 // Lock on a fresh set of threads, one at a time in a known order, while the main
-// thread holds it; returns the order in which they then acquired it.
+// thread holds it; returns the order in which they then acquired it. With
+// `signalled` >= 0, that waiter then gets a SIGUSR1 (a no-op handler, installed
+// without SA_RESTART, so its sleep ends with EINTR) before the lock is released.
 template <class Lock>
-std::vector<int> acquisition_order(Lock& lock, int waiters) {
+std::vector<int> acquisition_order(Lock& lock, int waiters, int signalled = -1) {
   std::vector<int> order;
   std::vector<std::thread> pool;
   waiting_threads = 0;
@@ -55,6 +60,20 @@ std::vector<int> acquisition_order(Lock& lock, int waiters) {
       lock.unlock();
     });
     if (!wait_for_waiters(static_cast<unsigned>(i + 1))) break;
+  }
+  if (signalled >= 0 && signalled < static_cast<int>(pool.size())) {
+    struct sigaction sa {
+    }, old{};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    sigaction(SIGUSR1, &sa, &old);
+    // Let it fall asleep first (the test does not depend on it: only its chance to
+    // catch a waiter that a wake-up sends to the back does).
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pthread_kill(pool[static_cast<std::size_t>(signalled)].native_handle(), SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sigaction(SIGUSR1, &old, nullptr);
   }
   lock.unlock();
   for (auto& t : pool)

@@ -8,7 +8,11 @@
 // A thread takes a slot on first use and returns it when it exits (a thread_local
 // whose destructor runs at thread exit); the next thread reuses it, so slot numbers
 // stay dense and per-slot tables stay small. Handing slots out takes a mutex: it
-// happens once per thread, never on a lock's fast path.
+// happens once per thread, never on a lock's fast path. Because of that mutex (and
+// the allocations beside it: the exit hook, a slot_table chunk), a thread's first
+// this_thread_slot() must not run in a signal handler (it could interrupt the same
+// thread inside the mutex); take the slot outside one first. Out of memory, take()
+// refuses (no_slot) and give_back() leaks the slot; neither terminates.
 #pragma once
 
 #include <atomic>
@@ -25,8 +29,10 @@ class thread_slot_registry {
   static constexpr std::uint32_t max_slots = (1u << 14) - 1;  // slot + 1 fits 14 bits
   static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
 
+  // Never destroyed: a thread (a detached one, say) may exit, and give its slot
+  // back, during or after exit()'s static destructors.
   static thread_slot_registry& instance() noexcept {
-    static thread_slot_registry r;
+    static thread_slot_registry& r = *new thread_slot_registry;
     return r;
   }
 
@@ -78,7 +84,11 @@ class thread_slot_registry {
       return no_slot;
     }
     std::uint32_t s;
-    {
+    try {
+      // Registers the exit hook first (it may allocate): it returns nothing while
+      // slot_plus_1 is 0.
+      thread_local reaper r;
+      (void)r;
       std::lock_guard g(mu_);
       if (live_.load(std::memory_order_relaxed) >= limit()) {
         refusals_.fetch_add(1, std::memory_order_relaxed);
@@ -93,17 +103,23 @@ class thread_slot_registry {
         high_water_.store(s + 1, std::memory_order_relaxed);
       }
       live_.store(live_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    } catch (...) {  // bad_alloc, or a system_error from the mutex
+      refusals_.fetch_add(1, std::memory_order_relaxed);
+      return no_slot;
     }
-    thread_local reaper r;  // registers the exit hook on first use
-    (void)r;
     l.slot_plus_1 = s + 1;
     return s;
   }
 
   void give_back(std::uint32_t s) noexcept {
-    std::lock_guard g(mu_);
-    free_.push_back(s);
-    live_.store(live_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    try {
+      std::lock_guard g(mu_);
+      free_.push_back(s);
+      live_.store(live_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    } catch (...) {
+      // Out of memory: the slot stays counted as live and is never reused, so the
+      // numbers handed out stay below limit().
+    }
   }
 
   std::mutex mu_;
