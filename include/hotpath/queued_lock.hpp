@@ -254,12 +254,11 @@ class basic_queued_lock {
   // we ask for the handoff, as the head does. The bit is ours alone: the head asks
   // only while pending is clear, and nobody takes pending while a queue exists.
   void pending_wait() noexcept {
-    unsigned n = 0, rounds = 0;
-    bool past_bound = false, asked = false;
+    bounded_wait w;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
       std::uint32_t val = word_.load(std::memory_order_acquire);
-      if (asked && (val & handoff) == 0) {
+      if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours; now let the head contend.
         word_.fetch_and(~pending, std::memory_order_relaxed);
         return;
@@ -273,18 +272,7 @@ class basic_queued_lock {
         }
         continue;
       }
-      if (!asked && past_bound) {
-        word_.fetch_or(handoff, std::memory_order_relaxed);
-        asked = true;
-        continue;
-      }
-      if (!wait::parks && ++rounds >= handoff_spins) past_bound = true;
-      if (wait::relax(n)) continue;
-      if constexpr (wait::parks) {
-        park_on_word(0, slow, asked);
-        past_bound = true;  // slept once
-        n = 0;
-      }
+      wait_step(w, true);
     }
   }
 
@@ -319,12 +307,12 @@ class basic_queued_lock {
   // Queue head: take the free lock, or, after the bound, have it handed over.
   // `slept`: it already slept in the queue, i.e. waited past the bound.
   void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
-    unsigned n = 0, rounds = 0;
-    bool past_bound = slept, asked = false;
+    bounded_wait w;
+    w.past_bound = slept;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
       std::uint32_t val = word_.load(std::memory_order_acquire);
-      if (asked && (val & handoff) == 0) {
+      if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours. Clear the tail if it is still ours.
         while ((val & tail_mask) == my_tail) {
           if (word_.compare_exchange_weak(val, val & ~tail_mask, std::memory_order_relaxed,
@@ -348,21 +336,33 @@ class basic_queued_lock {
         if (!last) grant_next(me);
         return;
       }
-      if (!asked && past_bound && (val & pending) == 0) {
-        // Waited past the bound: from now on the lock comes to us. (Not while a
-        // pending owner waits: it came first, and no new one can appear behind a
-        // queue.)
-        word_.fetch_or(handoff, std::memory_order_relaxed);
-        asked = true;
-        continue;
-      }
-      if (!wait::parks && ++rounds >= handoff_spins) past_bound = true;
-      if (wait::relax(n)) continue;
-      if constexpr (wait::parks) {
-        park_on_word(0, slow, asked);
-        past_bound = true;  // slept once
-        n = 0;
-      }
+      // Not while a pending owner waits: it came first, and no new one can appear
+      // behind a queue.
+      wait_step(w, (val & pending) == 0);
+    }
+  }
+
+  // The bounded wait shared by the pending owner and the queue head.
+  struct bounded_wait {
+    unsigned n = 0, rounds = 0;
+    bool past_bound = false, asked = false;
+  };
+
+  // One step of it: once past the bound (slept once, or handoff_spins rounds with a
+  // policy that never sleeps) and `may_ask`, ask for the handoff so that from now on
+  // the lock comes to us; otherwise spin, and with a parking policy sleep (flag slow).
+  void wait_step(bounded_wait& w, bool may_ask) noexcept {
+    if (!w.asked && w.past_bound && may_ask) {
+      word_.fetch_or(handoff, std::memory_order_relaxed);
+      w.asked = true;
+      return;
+    }
+    if (!wait::parks && ++w.rounds >= handoff_spins) w.past_bound = true;
+    if (wait::relax(w.n)) return;
+    if constexpr (wait::parks) {
+      park_on_word(0, slow, w.asked);
+      w.past_bound = true;  // slept once
+      w.n = 0;
     }
   }
 
