@@ -102,7 +102,22 @@ if cmake -S tests/packaging/version_check -B "$tmp/want-$next" -DHOTPATH_WANT="$
 fi
 grep -q "compatible with requested version \"$next\"" "$tmp/want-$next.log" ||
   { cat "$tmp/want-$next.log"; fail "find_package(hotpath $next) failed for another reason"; }
-step "find_package(hotpath ${accept[*]}) accepted, $next refused"
+# And the other side of the rule: an installed next major does not satisfy this one
+# (the installed version file, relabelled; AnyNewerVersion would accept it).
+mkdir -p "$tmp/next-major/share/cmake"
+cp -r "$tmp/vcpkg/share/cmake/hotpath" "$tmp/next-major/share/cmake/"
+vfile="$tmp/next-major/share/cmake/hotpath/hotpathConfigVersion.cmake"
+sed -i "s/\"${version//./\\.}\"/\"$next.0\"/g" "$vfile"
+if ! grep -q "^set(PACKAGE_VERSION \"$next.0\")$" "$vfile" || grep -q "\"$version\"" "$vfile"; then
+  fail "could not relabel hotpathConfigVersion.cmake as $next.0"
+fi
+if cmake -S tests/packaging/version_check -B "$tmp/old-want" -DHOTPATH_WANT="$version" \
+  -DCMAKE_PREFIX_PATH="$tmp/next-major" >"$tmp/old-want.log" 2>&1; then
+  fail "an installed $next.0 accepted a request for $version"
+fi
+grep -q "compatible with requested version \"$version\"" "$tmp/old-want.log" ||
+  { cat "$tmp/old-want.log"; fail "find_package(hotpath $version) against $next.0 failed for another reason"; }
+step "find_package(hotpath ${accept[*]}) accepted; $next refused by $version, $version by $next.0"
 
 # --- examples, copied out of the tree -------------------------------------------------
 for ex in quickstart qdisc defrag; do
