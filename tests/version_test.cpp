@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // version.hpp against project(VERSION), which CMake passes in as HOTPATH_PROJECT_VERSION.
-#include <hotpath/version.hpp>
+// Through the umbrella header, which must bring the version macros too.
+#include <hotpath/hotpath.hpp>
 
 #include <gtest/gtest.h>
 
