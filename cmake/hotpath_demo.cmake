@@ -13,5 +13,8 @@ if(TARGET hotpath-bench)
        COMMAND $<TARGET_FILE:hotpath-bench> --benchmark_min_time=0.1
                "--benchmark_filter=^uncontended/|^contended/.*/threads:(1|2|8)/")
 endif()
-add_custom_target(demo ${hotpath_demo_commands} USES_TERMINAL VERBATIM
-                  COMMENT "hotpath demo: locks against std::mutex and test-and-set, the qdisc experiment")
+# Nothing to run when the examples and benchmarks are off (the vcpkg and Conan builds).
+if(hotpath_demo_commands)
+  add_custom_target(demo ${hotpath_demo_commands} USES_TERMINAL VERBATIM
+                    COMMENT "hotpath demo: locks against std::mutex and test-and-set, the qdisc experiment")
+endif()

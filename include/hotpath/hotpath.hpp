@@ -10,3 +10,4 @@
 #include "hotpath/rcu.hpp"
 #include "hotpath/rcu_cell.hpp"
 #include "hotpath/ticket_lock.hpp"
+#include "hotpath/version.hpp"
