@@ -18,7 +18,7 @@ using priority_types = ::testing::Types<priority_lock, basic_priority_lock<spin_
 INSTANTIATE_TYPED_TEST_SUITE_P(priority, lockable_suite, priority_types);
 
 static_assert(!std::is_copy_constructible_v<priority_lock>);
-static_assert(sizeof(priority_lock) == 8);
+static_assert(sizeof(priority_lock) == 4);
 [[maybe_unused]] constinit priority_lock constant_initialised;  // constexpr default constructor
 
 TEST(PriorityLock, PrivilegedViewWorksWithScopedLock) {
@@ -37,7 +37,7 @@ TEST(PriorityLock, PrivilegedViewWorksWithScopedLock) {
 }
 
 TEST(PriorityLock, OrdinarySideIsFifo) {
-  basic_priority_lock<announcing_policy<spin_then_park<>>> lock;
+  basic_priority_lock<announcing_policy<spin_then_park<>>, true> lock;
   std::vector<int> expected(8);
   for (int i = 0; i < 8; ++i)
     expected[static_cast<std::size_t>(i)] = i;
@@ -47,7 +47,7 @@ TEST(PriorityLock, OrdinarySideIsFifo) {
 // A signal ending the sleep of the gate's pending owner (waiter 1; waiter 0 holds
 // the gate and waits on the owner word) must not send it behind later arrivals.
 TEST(PriorityLock, OrdinarySideStaysFifoWhenAWaiterIsSignalled) {
-  basic_priority_lock<announcing_policy<spin_then_park<>>> lock;
+  basic_priority_lock<announcing_policy<spin_then_park<>>, true> lock;
   EXPECT_EQ(acquisition_order(lock, 4, 1), (std::vector<int>{0, 1, 2, 3}));
 }
 
