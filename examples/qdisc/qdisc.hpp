@@ -13,6 +13,8 @@
 //                       the lock ahead of every queued sender
 //   defer_strategy      2025: senders push onto a lock-free list; only the one that
 //                       found it empty takes the qdisc lock and moves the whole list in
+//   defer_priority_strategy  the defer list with the transmit thread on the privileged
+//                       side: it never waits behind a flusher's queue
 //
 // Library-like: only public hotpath headers, no program state. Counters are kept
 // outside the lock (per-cpu stats), parameters (limit, batch) sit in a cell that a
@@ -173,6 +175,11 @@ class basic_defer_strategy : public plain_strategy<Lock> {
 };
 struct defer_strategy : basic_defer_strategy<queued_lock> {
   static constexpr std::string_view name = "defer-list";
+};
+// Flushers take priority_lock's ordinary side; the transmit thread its privileged side.
+struct defer_priority_strategy : basic_defer_strategy<priority_lock> {
+  static constexpr std::string_view name = "defer-priority";
+  void lock_tx() noexcept { this->lock_.lock_priority(); }
 };
 
 // ---------------------------------------------------------------------------
