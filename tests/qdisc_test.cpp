@@ -21,9 +21,9 @@ using namespace std::chrono_literals;
 
 template <class S>
 class QdiscTest : public ::testing::Test {};
-using strategies = ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy,
-                                    queued_strategy, priority_strategy, defer_strategy,
-                                    defer_priority_strategy>;
+using strategies =
+    ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy, queued_strategy,
+                     priority_strategy, defer_strategy, defer_priority_strategy>;
 TYPED_TEST_SUITE(QdiscTest, strategies);
 
 struct traffic_result {
