@@ -431,6 +431,98 @@ TEST(PriorityLock, StealerBacksOffFromAFreeLockWithARequest) {
   EXPECT_EQ(l.state() & ~(basic_queued_lock<>::slow | basic_queued_lock<>::parked), 0u);
 }
 
+// cede(): an ordinary owner in a long section lets a pending privileged section run
+// and keeps the lock: no ordinary waiter gets in meanwhile, and the privileged
+// section runs while the owner's section is paused, not ended.
+TEST(PriorityLock, CedeLetsThePrivilegedSectionInAndKeepsTheLock) {
+  priority_lock l;
+  int ordinary_in = 0;                                 // guarded by l
+  bool owner_paused = false, prio_saw_paused = false;  // guarded by l
+  l.lock();
+  EXPECT_FALSE(l.cede());  // nothing pending
+  std::vector<std::thread> pool;
+  for (int i = 0; i < 3; ++i) {
+    pool.emplace_back([&] {
+      l.lock();
+      ++ordinary_in;
+      l.unlock();
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // let them queue (not required)
+  std::thread prio([&] {
+    l.lock_priority();
+    prio_saw_paused = owner_paused;
+    l.unlock();
+  });
+  while (!l.request_pending())
+    std::this_thread::yield();
+  owner_paused = true;
+  EXPECT_TRUE(l.cede());
+  owner_paused = false;
+  EXPECT_TRUE(prio_saw_paused);
+  EXPECT_EQ(ordinary_in, 0);
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.cede());
+  l.unlock();
+  prio.join();
+  for (auto& t : pool)
+    t.join();
+  EXPECT_EQ(ordinary_in, 3);
+  EXPECT_FALSE(l.is_locked());
+}
+
+// Mutual exclusion with cede() points in ordinary sections, both sides hammering.
+TEST(PriorityLock, MutualExclusionWithCede) {
+  priority_lock l;
+  std::atomic<int> inside{0};
+  std::atomic<std::uint64_t> violations{0}, cedes{0};
+  std::atomic<bool> stop{false};
+  std::uint64_t counter = 0, expected_ord = 0, expected_prio = 0;  // guarded by l
+  auto enter = [&] {
+    if (inside.fetch_add(1, std::memory_order_relaxed) != 0)
+      violations.fetch_add(1, std::memory_order_relaxed);
+  };
+  auto leave = [&] { inside.fetch_sub(1, std::memory_order_relaxed); };
+  std::thread prio([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      l.lock_priority();
+      enter();
+      ++counter;
+      ++expected_prio;
+      leave();
+      l.unlock();
+    }
+  });
+  std::vector<std::thread> pool;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  for (int t = 0; t < 3; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < 5000; ++i) {
+        if (i > 100 && std::chrono::steady_clock::now() > deadline) break;
+        l.lock();
+        enter();
+        ++counter;
+        for (int k = 0; k < 100; ++k)  // a long section: give the request time to come
+          detail::cpu_relax();
+        leave();
+        if (l.cede()) cedes.fetch_add(1, std::memory_order_relaxed);
+        enter();
+        ++counter;
+        ++expected_ord;
+        leave();
+        l.unlock();
+      }
+    });
+  }
+  for (auto& t : pool)
+    t.join();
+  stop = true;
+  prio.join();
+  EXPECT_EQ(violations.load(), 0u);
+  EXPECT_EQ(counter, 2 * expected_ord + expected_prio);
+  EXPECT_GT(cedes.load(), 0u);
+}
+
 // No ordinary thread starves, as a per-waiter bound counted in the word's order: two
 // threads re-take the lock back to back (each unlock followed at once by a steal
 // attempt), four others come and go, and the privileged thread cuts in. A waiter

@@ -8,6 +8,7 @@
 //                      the lock, and the owner's unlock() hands it over
 //   bit 13  prio_slow  the privileged thread sleeps on the word (futex channel 2)
 //   bit 14  prio_held  the privileged thread holds the lock
+//   bit 15  ceded      ... lent to it by an ordinary owner's cede(), to be returned
 //
 //   (request, locked) from the privileged thread's view
 //   (0,0) --lock_priority: fetch_or(request)--> (1,0) --its CAS--> (0,1)+prio_held
@@ -15,6 +16,8 @@
 //         the locked byte, clears request, sets prio_held--> (0,1)+prio_held
 //   (0,1)+prio_held --unlock()--> as queued_lock's unlock (an ordinary handoff asked for
 //         meanwhile is served now)
+//   (1,1) --ordinary owner's cede()--> (0,1)+prio_held+ceded --privileged unlock()-->
+//         (0,1): back to the owner that ceded, which spins meanwhile
 //
 // Ordinary side (lock(), try_lock()): queued_lock::lock() exactly, with the request bit
 // in the "busy" test of every way in: the fast CAS of the free locked byte (which
@@ -98,6 +101,12 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
   // Privileged side.
   void lock_priority() noexcept { core_.lock_request(); }
   bool try_lock_priority() noexcept { return core_.try_lock_request(); }
+
+  // Ordinary owner inside a long critical section: if a privileged request is
+  // pending, let the privileged section run now and carry on holding the lock after
+  // it (no ordinary thread gets in between). True if it ceded. This keeps the
+  // privileged wait at one stretch between cede() calls, not the whole section.
+  bool cede() noexcept { return core_.cede(); }
 
   // Either side.
   void unlock() noexcept { core_.unlock(); }

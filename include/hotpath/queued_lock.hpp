@@ -9,9 +9,10 @@
 //   bit  11    handoff: the pending owner, or else the queue head, has waited past
 //              its bound; unlock passes the lock to it (clears this bit, leaves the
 //              locked byte set)
-//   bits 12-14 priority_lock only (zero in a queued_lock): request (the privileged
+//   bits 12-15 priority_lock only (zero in a queued_lock): request (the privileged
 //              thread waits; every ordinary way in fails), prio_slow (it sleeps),
-//              prio_held (it holds the lock). See priority_lock.hpp.
+//              prio_held (it holds the lock), ceded (it holds it for an ordinary owner
+//              that gets it back at its unlock). See priority_lock.hpp.
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
@@ -62,6 +63,10 @@
 // store). Overflow waiters (no node) are not fair: they take the lock whenever it is
 // free, as the kernel's fallback does.
 //
+// The algorithm lives in detail::queued_core<Policy, Requests>; queued_lock is the
+// core without privileged requests, priority_lock (priority_lock.hpp) the core with
+// them. Without Requests the request bits are never set and no path tests them.
+//
 // sizeof(queued_lock) == 4, constexpr-constructible.
 #pragma once
 
@@ -98,6 +103,7 @@ class queued_core {
   static constexpr std::uint32_t request = 1u << 12;
   static constexpr std::uint32_t prio_slow = 1u << 13;
   static constexpr std::uint32_t prio_held = 1u << 14;
+  static constexpr std::uint32_t ceded = 1u << 15;
   static constexpr unsigned idx_shift = 16;
   static constexpr unsigned slot_shift = 18;
   static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
@@ -243,6 +249,28 @@ class queued_core {
     return false;
   }
 
+  // Called by an ordinary owner in a long critical section: if a privileged request
+  // is pending, lend the lock to the privileged thread and take it back when its
+  // section ends, before any ordinary thread (the locked byte stays set throughout),
+  // as the kernel's cond_resched_lock() breaks a long section. True if it ceded.
+  bool cede() noexcept requires Requests {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    do {
+      if ((val & request) == 0) return false;
+      // Release hands our section's writes to the privileged thread's acquire load.
+    } while (!word_.compare_exchange_weak(val, (val & ~(request | prio_slow)) | prio_held | ceded,
+                                          std::memory_order_release, std::memory_order_relaxed));
+    if constexpr (wait::parks) {
+      if (val & prio_slow) detail::unpark_channel(word_, 2);
+    }
+    // Never sleeps (nobody would wake us): the privileged section is short.
+    unsigned n = 0;
+    // Acquire pairs with the release RMW of the privileged unlock() that returns it.
+    while (word_.load(std::memory_order_acquire) & ceded)
+      detail::relax_or_yield<wait>(n);
+    return true;
+  }
+
   // True if some thread holds the lock (a snapshot).
   bool is_locked() const noexcept {
     return (word_.load(std::memory_order_relaxed) & locked_mask) != 0;
@@ -296,7 +324,11 @@ class queued_core {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     std::uint32_t nv;
     do {
-      if (Requests && (val & request)) {
+      if (Requests && (val & ceded)) {
+        // The privileged section inside an ordinary one ends: the locked byte stays
+        // set and goes back to the owner that ceded it (spinning in cede()).
+        nv = val & ~(ceded | prio_held);
+      } else if (Requests && (val & request)) {
         // To the privileged thread: the locked byte stays set; an ordinary handoff
         // asked for stays asked for, and is served by the privileged unlock().
         nv = (val & ~(request | prio_slow)) | prio_held;
@@ -310,8 +342,8 @@ class queued_core {
     } while (!word_.compare_exchange_weak(val, nv, std::memory_order_release,
                                           std::memory_order_relaxed));
     if constexpr (wait::parks) {
-      if (Requests && (val & request)) {
-        if (val & prio_slow) detail::unpark_channel(word_, 2);
+      if (Requests && (val & (ceded | request)) != 0) {
+        if ((val & ceded) == 0 && (val & prio_slow)) detail::unpark_channel(word_, 2);
         return;
       }
       if (val & slow) detail::unpark_channel(word_, 0);
