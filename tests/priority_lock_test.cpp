@@ -558,7 +558,9 @@ void waiters_bounded(unsigned rounds_per_waiter) {
   std::vector<std::thread> waiters;
   for (int i = 0; i < 4; ++i) {
     waiters.emplace_back([&] {
-      for (unsigned k = 0; k < rounds_per_waiter; ++k) {
+      // Until some waiter has reached its bound (most rounds get in sooner), within a cap.
+      for (unsigned k = 0;
+           k < rounds_per_waiter || (asks.load() == 0 && k < 20 * rounds_per_waiter); ++k) {
         asked_handoff = false;
         l.lock();
         if (asked_handoff) {
@@ -595,6 +597,9 @@ void waiters_bounded(unsigned rounds_per_waiter) {
 
 TEST(PriorityLock, OrdinaryWaitersAreBoundedParking) {
   waiters_bounded<spin_then_park<>>(50);
+}
+TEST(PriorityLock, OrdinaryWaitersAreBoundedParkingAtOnce) {
+  waiters_bounded<spin_then_park<0, 0>>(50);
 }
 TEST(PriorityLock, OrdinaryWaitersAreBoundedSpinning) {
   waiters_bounded<spin_then_yield<>>(50);
