@@ -129,7 +129,7 @@ class queued_core {
 
   // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
   // from 0. If every thread enters through it (try_lock() aside), nobody passes the
-  // pending owner or the queue: the lock is FIFO (priority_lock's ordinary side).
+  // pending owner or the queue: the lock is FIFO (fifo_priority_lock's ordinary side).
   void lock_fifo() noexcept {
     std::uint32_t val = 0;
     // Acquire pairs with the release store of the previous owner's unlock().
