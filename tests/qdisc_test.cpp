@@ -21,8 +21,9 @@ using namespace std::chrono_literals;
 
 template <class S>
 class QdiscTest : public ::testing::Test {};
-using strategies = ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy,
-                                    queued_strategy, priority_strategy, defer_strategy>;
+using strategies =
+    ::testing::Types<tas_strategy, ticket_strategy, busylock_strategy, queued_strategy,
+                     priority_strategy, defer_strategy, defer_priority_strategy>;
 TYPED_TEST_SUITE(QdiscTest, strategies);
 
 struct traffic_result {
@@ -209,13 +210,20 @@ TYPED_TEST(QdiscTest, ParameterSwapDuringTraffic) {
 
 // The defer list's hard case: many senders racing the empty/non-empty transition
 // of the list (a small limit keeps the flushers short and the list often empty).
-TEST(QdiscDeferList, ManySendersRaceTheEmptyTransition) {
+template <class S>
+void senders_race_the_empty_transition() {
   for (const std::size_t limit : {4u, 64u}) {
     SCOPED_TRACE(limit);
-    qdisc<defer_strategy> q(params{limit, 64});
+    qdisc<S> q(params{limit, 64});
     const auto r = traffic(q, 16, 1000000, 400ms, [] {});
     expect_balanced(q, r);
   }
+}
+TEST(QdiscDeferList, ManySendersRaceTheEmptyTransition) {
+  senders_race_the_empty_transition<defer_strategy>();
+}
+TEST(QdiscDeferList, ManySendersRaceTheEmptyTransitionPriority) {
+  senders_race_the_empty_transition<defer_priority_strategy>();
 }
 
 }  // namespace

@@ -379,8 +379,9 @@ result run(const options& o, unsigned nsenders, std::uint64_t tx_iters, std::uin
 
 template <class... S>
 struct strategy_list {};
-using all_strategies = strategy_list<tas_strategy, ticket_strategy, busylock_strategy,
-                                     queued_strategy, priority_strategy, defer_strategy>;
+using all_strategies =
+    strategy_list<tas_strategy, ticket_strategy, busylock_strategy, queued_strategy,
+                  priority_strategy, defer_strategy, defer_priority_strategy>;
 
 template <class... S>
 std::vector<std::string> names(strategy_list<S...>) {

@@ -13,6 +13,8 @@
 //                       the lock ahead of every queued sender
 //   defer_strategy      2025: senders push onto a lock-free list; only the one that
 //                       found it empty takes the qdisc lock and moves the whole list in
+//   defer_priority_strategy  the defer list with the transmit thread on the privileged
+//                       side: it never waits behind a flusher's queue
 //
 // Library-like: only public hotpath headers, no program state. Counters are kept
 // outside the lock (per-cpu stats), parameters (limit, batch) sit in a cell that a
@@ -66,6 +68,8 @@ using counters = std::array<std::int64_t, counter_count>;
 //   token lock_sender(bool tx_running);        // sender side of the qdisc lock
 //   void unlock_sender(token);
 //   void lock_tx(); void unlock_tx();          // the transmit thread's side
+//   void cede();                               // a flusher's break point in a long
+//                                              // section: let a waiting transmit side in
 // ---------------------------------------------------------------------------
 
 // One step of waiting with a public hotpath waiting strategy, never sleeping
@@ -112,6 +116,7 @@ class plain_strategy {
   void unlock_sender(token) noexcept { lock_.unlock(); }
   void lock_tx() noexcept { lock_.lock(); }
   void unlock_tx() noexcept { lock_.unlock(); }
+  void cede() noexcept {}
 
  protected:
   Lock lock_;
@@ -157,6 +162,7 @@ class busylock_strategy {
   }
   void lock_tx() noexcept { root_.lock(); }
   void unlock_tx() noexcept { root_.unlock(); }
+  void cede() noexcept {}
 
  private:
   ticket_lock root_;
@@ -173,6 +179,14 @@ class basic_defer_strategy : public plain_strategy<Lock> {
 };
 struct defer_strategy : basic_defer_strategy<queued_lock> {
   static constexpr std::string_view name = "defer-list";
+};
+// Flushers take priority_lock's ordinary side; the transmit thread its privileged
+// side, and a flusher moving a long list lets it in every cede_every packets, so the
+// transmit thread waits for at most that stretch, never for a whole flush.
+struct defer_priority_strategy : basic_defer_strategy<priority_lock> {
+  static constexpr std::string_view name = "defer-priority";
+  void lock_tx() noexcept { this->lock_.lock_priority(); }
+  void cede() noexcept { this->lock_.cede(); }
 };
 
 // ---------------------------------------------------------------------------
@@ -346,16 +360,22 @@ class qdisc {
     }
     HOTPATH_ASSERT(fifo == node, "the flusher's own node is the oldest");
     verdict mine = verdict::ok;
+    std::size_t moved = 0;
     for (defer_node* n = fifo; n != nullptr;) {
       defer_node* next = n->next;  // read before release: the owner may reuse n at once
       const verdict v = push_locked(n->pkt, limit);
       if (n == node) mine = v;
       n->busy.store(false, std::memory_order_release);  // pairs with the claim
       n = next;
+      // We keep the lock across a cede, so no later flush overtakes the rest of ours.
+      if (++moved % cede_every == 0) strategy_.cede();
     }
     strategy_.unlock_sender(t);
     return mine;
   }
+
+  // A flusher's break points: every this many packets moved (dev_tx_weight).
+  static constexpr std::size_t cede_every = 64;
 
   Strategy strategy_;
   // Guarded by the qdisc lock.

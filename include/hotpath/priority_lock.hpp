@@ -1,41 +1,60 @@
 // SPDX-License-Identifier: MIT
-// priority_lock: ordinary threads queue FIFO; one privileged thread (a qdisc's
-// dequeuer) jumps the queue.
+// priority_lock: a queued_lock for ordinary threads, plus lock_priority() for one
+// privileged thread (a qdisc's dequeuer) that jumps ahead of every ordinary waiter.
 //
-//   gate_   a queued_lock that ordinary threads pass one at a time, entering by
-//           lock_fifo() (no lock stealing), so in FIFO order;
-//           its holder is the one ordinary candidate for own_ (released once in)
-//   own_    bit 0 held, bit 1 privileged request, bit 2 held by the privileged
-//           thread, bit 3 ordinary candidate asleep, bit 4 privileged thread asleep
+// One 32-bit word, queued_lock's (queued_lock.hpp has the full layout), with three
+// more bits in its flag byte:
+//   bit 12  request    the privileged thread has asked; no ordinary thread may take
+//                      the lock, and the owner's unlock() hands it over
+//   bit 13  prio_slow  the privileged thread sleeps on the word (futex channel 2)
+//   bit 14  prio_held  the privileged thread holds the lock
+//   bit 15  ceded      ... lent to it by an ordinary owner's cede(), to be returned
 //
-//   own_: 0 --ordinary CAS (neither held nor request) -> held--> held --unlock--> 0
-//         * --lock_priority: fetch_or(request)--> request|* --held clears--> held|prio
+//   (request, locked) from the privileged thread's view
+//   (0,0) --lock_priority: fetch_or(request)--> (1,0) --its CAS--> (0,1)+prio_held
+//   (0,1) --lock_priority: fetch_or(request)--> (1,1) --owner's unlock(): one RMW keeps
+//         the locked byte, clears request, sets prio_held--> (0,1)+prio_held
+//   (0,1)+prio_held --unlock()--> as queued_lock's unlock (an ordinary handoff asked for
+//         meanwhile is served now)
+//   (1,1) --ordinary owner's cede()--> (0,1)+prio_held+ceded --privileged unlock()-->
+//         (0,1): back to the owner that ceded, which spins meanwhile
 //
-// Guarantee: an ordinary thread enters only by a CAS from a value of own_ with
-// neither `held` nor `request`, and the privileged thread's request is a fetch_or on
-// own_, so every ordinary CAS after it in own_'s modification order fails. Once the request is
-// published, no ordinary critical section begins before the privileged one: it waits for at most
-// the critical section in progress (plus the handoff). Ordinary threads enter in the order they
-// leave gate_, which is FIFO.
+// Ordinary side (lock(), try_lock()): queued_lock::lock() exactly, with the request bit
+// in the "busy" test of every way in: the fast CAS of the free locked byte (which
+// cannot see the flag byte: it reads the flag byte after its CAS and, if a request is
+// there, backs off by unlock(), which hands the lock to the privileged thread before
+// any critical section begins), the pending owner, the queue head, the overflow
+// waiters. So a running thread may take a free lock before a sleeping queue head, and
+// the head's bounded-wait handoff keeps every ordinary waiter moving, as in queued_lock.
+//
+// Guarantee: once lock_priority() has published its request (the fetch_or), no
+// ordinary critical section begins before the privileged one: every ordinary
+// acquisition is an RMW of the word that fails on the request bit (or, for the byte
+// CAS, is withdrawn on seeing it), and an unlock() that sees the bit hands the lock
+// to the privileged thread. It waits for at most the section in progress, plus the
+// handoff (and a stealer's back-off, which holds no critical section). An unlock()
+// that checked the flag byte just before the request releases the lock; the word is
+// then free with the request set, which only the privileged thread may take.
+//
+// Uncontended, an ordinary lock()+unlock() costs queued_lock's: one byte CAS plus a
+// load of the flag byte, and one release store. The privileged unlock() is one RMW.
+//
+// Strict FIFO: basic_priority_lock<Policy, /*Fifo=*/true> (fifo_priority_lock) enters
+// ordinary threads by queued_lock::lock_fifo() (no steal attempt): FIFO among
+// ordinary threads (try_lock() aside), every handoff a wake-up when waiters sleep.
 //
 // Only one thread at a time may use the privileged side (lock_priority(),
 // try_lock_priority(), privileged()); debug builds assert it.
 //
-// sizeof(priority_lock) == 8; waiters in gate_'s queue use its per-thread nodes.
+// sizeof(priority_lock) == 4, constexpr-constructible.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
-#include "hotpath/detail/config.hpp"
-#include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/queued_lock.hpp"
 
 namespace hotpath {
-
-template <class Policy = default_policy>
-class basic_priority_lock;
 
 namespace detail {
 // The privileged side as a Lockable (an empty base of the lock, so no extra bytes).
@@ -51,20 +70,17 @@ class privileged_side {
 };
 }  // namespace detail
 
-template <class Policy>
-class basic_priority_lock : private detail::privileged_side<basic_priority_lock<Policy>> {
-  using wait = typename Policy::wait;
-  template <class T>
-  using atomic = typename Policy::template atomic<T>;
-  using side = detail::privileged_side<basic_priority_lock<Policy>>;
+template <class Policy = default_policy, bool Fifo = false>
+class basic_priority_lock : private detail::privileged_side<basic_priority_lock<Policy, Fifo>> {
+  using side = detail::privileged_side<basic_priority_lock<Policy, Fifo>>;
+  using core = detail::queued_core<Policy, true>;
   friend side;
 
  public:
-  static constexpr std::uint32_t held = 1u << 0;
-  static constexpr std::uint32_t request = 1u << 1;
-  static constexpr std::uint32_t prio_held = 1u << 2;
-  static constexpr std::uint32_t ord_asleep = 1u << 3;
-  static constexpr std::uint32_t prio_asleep = 1u << 4;
+  static constexpr std::uint32_t request = core::request;
+  static constexpr std::uint32_t prio_slow = core::prio_slow;
+  static constexpr std::uint32_t prio_held = core::prio_held;
+  static constexpr bool fifo = Fifo;
 
   using privileged_view = side;
 
@@ -74,129 +90,41 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
 
   // Ordinary side.
   void lock() noexcept {
-    std::uint32_t val = 0;
-    // Nobody at the gate: nobody to pass, so try own_ directly (uncontended cost: one
-    // load, one CAS). Acquire pairs with the release RMW in unlock().
-    if (gate_.state() == 0 && own_.compare_exchange_strong(val, held, std::memory_order_acquire,
-                                                           std::memory_order_relaxed)) {
-      return;
+    if constexpr (Fifo) {
+      core_.lock_fifo();
+    } else {
+      core_.lock();
     }
-    gate_.lock_fifo();
-    val = 0;
-    // Acquire pairs with the release RMW in unlock().
-    if (!own_.compare_exchange_strong(val, held, std::memory_order_acquire,
-                                      std::memory_order_relaxed)) {
-      wait_ordinary();
-    }
-    gate_.unlock();  // the next ordinary thread may now wait on own_
   }
-
-  bool try_lock() noexcept {
-    if (!gate_.try_lock()) return false;
-    std::uint32_t val = 0;
-    // Acquire pairs with the release RMW in unlock().
-    const bool ok = own_.compare_exchange_strong(val, held, std::memory_order_acquire,
-                                                 std::memory_order_relaxed);
-    gate_.unlock();
-    return ok;
-  }
+  bool try_lock() noexcept { return core_.try_lock(); }
 
   // Privileged side.
-  void lock_priority() noexcept {
-    // Publishing the request: from here no ordinary CAS from 0 can succeed.
-    const std::uint32_t old = own_.fetch_or(request, std::memory_order_acquire);
-    HOTPATH_ASSERT((old & (request | prio_held)) == 0,
-                   "priority_lock: two threads on the privileged side at once");
-    (void)old;
-    unsigned n = 0;
-    for (;;) {
-      std::uint32_t val = own_.load(std::memory_order_relaxed);
-      if ((val & held) == 0) {
-        // Acquire pairs with the release RMW in unlock().
-        if (own_.compare_exchange_weak(val, (val & ~request) | held | prio_held,
-                                       std::memory_order_acquire, std::memory_order_relaxed)) {
-          return;
-        }
-        continue;
-      }
-      if (wait::relax(n)) continue;
-      if constexpr (wait::parks) {
-        park(held, prio_asleep, 1);
-        n = 0;
-      }
-    }
-  }
+  void lock_priority() noexcept { core_.lock_request(); }
+  bool try_lock_priority() noexcept { return core_.try_lock_request(); }
 
-  bool try_lock_priority() noexcept {
-    std::uint32_t val = own_.load(std::memory_order_relaxed);
-    HOTPATH_ASSERT((val & (request | prio_held)) == 0,
-                   "priority_lock: two threads on the privileged side at once");
-    while ((val & held) == 0) {
-      // Acquire pairs with the release RMW in unlock().
-      if (own_.compare_exchange_weak(val, val | held | prio_held, std::memory_order_acquire,
-                                     std::memory_order_relaxed)) {
-        return true;
-      }
-    }
-    return false;
-  }
+  // Ordinary owner inside a long critical section: if a privileged request is
+  // pending, let the privileged section run now and carry on holding the lock after
+  // it (no ordinary thread gets in between). True if it ceded. This keeps the
+  // privileged wait at one stretch between cede() calls, not the whole section.
+  bool cede() noexcept { return core_.cede(); }
 
   // Either side.
-  void unlock() noexcept {
-    // Release hands the critical section over; the old value says who sleeps.
-    const std::uint32_t old =
-        own_.fetch_and(~(held | prio_held | ord_asleep | prio_asleep), std::memory_order_release);
-    HOTPATH_ASSERT(old & held, "priority_lock::unlock() of a free lock");
-    if constexpr (wait::parks) {
-      if (old & prio_asleep) detail::unpark_channel(own_, 1);
-      if (old & ord_asleep) detail::unpark_channel(own_, 0);
-    }
-  }
+  void unlock() noexcept { core_.unlock(); }
 
   // A Lockable whose lock() is lock_priority(): std::scoped_lock g(l.privileged());
   privileged_view& privileged() noexcept { return *this; }
 
-  bool is_locked() const noexcept { return (own_.load(std::memory_order_relaxed) & held) != 0; }
+  bool is_locked() const noexcept { return core_.is_locked(); }
   // True while a privileged request is published and not yet granted (a snapshot).
-  bool request_pending() const noexcept {
-    return (own_.load(std::memory_order_relaxed) & request) != 0;
-  }
+  bool request_pending() const noexcept { return (core_.state() & request) != 0; }
+  // The whole word (a snapshot), for tests and diagnostics.
+  std::uint32_t state() const noexcept { return core_.state(); }
 
  private:
-  // The ordinary candidate (gate_'s holder): wait for own_ to be free of both the
-  // holder and a privileged request.
-  void wait_ordinary() noexcept {
-    unsigned n = 0;
-    for (;;) {
-      std::uint32_t val = own_.load(std::memory_order_relaxed);
-      if ((val & (held | request)) == 0) {
-        // Acquire pairs with the release RMW in unlock().
-        if (own_.compare_exchange_weak(val, val | held, std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
-          return;
-        }
-        continue;
-      }
-      if (wait::relax(n)) continue;
-      if constexpr (wait::parks) {
-        park(held | request, ord_asleep, 0);
-        n = 0;
-      }
-    }
-  }
-
-  // Sleep while a bit of `mask` and our `flag` are set. Every RMW on own_ is in one
-  // modification order, so unlock()'s fetch_and either sees our flag or clears
-  // `held` before our load (and the futex then sees a changed word).
-  void park(std::uint32_t mask, std::uint32_t flag, unsigned channel) noexcept {
-    const std::uint32_t val = own_.fetch_or(flag, std::memory_order_relaxed) | flag;
-    if ((val & mask) != 0) detail::park(own_, val, channel);
-  }
-
-  basic_queued_lock<Policy> gate_;
-  atomic<std::uint32_t> own_{0};
+  core core_;
 };
 
 using priority_lock = basic_priority_lock<>;
+using fifo_priority_lock = basic_priority_lock<default_policy, true>;
 
 }  // namespace hotpath

@@ -9,6 +9,10 @@
 //   bit  11    handoff: the pending owner, or else the queue head, has waited past
 //              its bound; unlock passes the lock to it (clears this bit, leaves the
 //              locked byte set)
+//   bits 12-15 priority_lock only (zero in a queued_lock): request (the privileged
+//              thread waits; every ordinary way in fails), prio_slow (it sleeps),
+//              prio_held (it holds the lock), ceded (it holds it for an ordinary owner
+//              that gets it back at its unlock). See priority_lock.hpp.
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
@@ -59,6 +63,10 @@
 // store). Overflow waiters (no node) are not fair: they take the lock whenever it is
 // free, as the kernel's fallback does.
 //
+// The algorithm lives in detail::queued_core<Policy, Requests>; queued_lock is the
+// core without privileged requests, priority_lock (priority_lock.hpp) the core with
+// them. Without Requests the request bits are never set and no path tests them.
+//
 // sizeof(queued_lock) == 4, constexpr-constructible.
 #pragma once
 
@@ -74,8 +82,12 @@
 
 namespace hotpath {
 
-template <class Policy = default_policy>
-class basic_queued_lock {
+namespace detail {
+
+// The algorithm, shared with priority_lock: Requests adds the privileged request
+// bits (priority_lock.hpp); without it they are never set and cost nothing.
+template <class Policy, bool Requests>
+class queued_core {
   using wait = typename Policy::wait;
   template <class T>
   using atomic = typename Policy::template atomic<T>;
@@ -88,17 +100,26 @@ class basic_queued_lock {
   static constexpr std::uint32_t slow = 1u << 9;
   static constexpr std::uint32_t parked = 1u << 10;
   static constexpr std::uint32_t handoff = 1u << 11;
+  static constexpr std::uint32_t request = 1u << 12;
+  static constexpr std::uint32_t prio_slow = 1u << 13;
+  static constexpr std::uint32_t prio_held = 1u << 14;
+  static constexpr std::uint32_t ceded = 1u << 15;
   static constexpr unsigned idx_shift = 16;
   static constexpr unsigned slot_shift = 18;
   static constexpr std::uint32_t tail_mask = ~std::uint32_t{0} << idx_shift;
   static constexpr unsigned nodes_per_thread = 4;
+  // What keeps an ordinary thread out: the lock held, or a privileged request.
+  static constexpr std::uint32_t busy_mask = locked_mask | (Requests ? request : 0u);
+  // Flags that make unlock() take the RMW path.
+  static constexpr std::uint32_t unlock_flags =
+      handoff | slow | parked | (Requests ? request | prio_slow | prio_held : 0u);
   // With a policy that never sleeps, the pending owner or the head asks for the
   // handoff after this many rounds of waiting.
   static constexpr unsigned handoff_spins = 128;
 
-  constexpr basic_queued_lock() noexcept = default;
-  basic_queued_lock(const basic_queued_lock&) = delete;
-  basic_queued_lock& operator=(const basic_queued_lock&) = delete;
+  constexpr queued_core() noexcept = default;
+  queued_core(const queued_core&) = delete;
+  queued_core& operator=(const queued_core&) = delete;
 
   void lock() noexcept {
     if (try_lock()) [[likely]]
@@ -108,7 +129,7 @@ class basic_queued_lock {
 
   // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
   // from 0. If every thread enters through it (try_lock() aside), nobody passes the
-  // pending owner or the queue: the lock is FIFO (priority_lock's ordinary side).
+  // pending owner or the queue: the lock is FIFO (fifo_priority_lock's ordinary side).
   void lock_fifo() noexcept {
     std::uint32_t val = 0;
     // Acquire pairs with the release store of the previous owner's unlock().
@@ -124,11 +145,24 @@ class basic_queued_lock {
     if constexpr (byte_ops) {
       std::uint8_t expected = 0;
       // Acquire pairs with the release store (or handoff RMW) of the previous owner.
-      return __atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
-                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+      if (!__atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
+                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        return false;
+      }
+      if constexpr (Requests) {
+        // The byte CAS cannot see the request bit. Both are RMWs of this word, so a
+        // request published before our CAS is seen by this load; then we back off
+        // before any critical section begins: unlock() hands the lock to the
+        // privileged thread. A request after our CAS waits for our section.
+        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (request >> 8)) [[unlikely]] {
+          unlock();
+          return false;
+        }
+      }
+      return true;
     } else {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
-      if (val & locked_mask) return false;
+      if (val & busy_mask) return false;
       // Acquire pairs with the release of the previous owner's unlock().
       return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
                                            std::memory_order_relaxed);
@@ -143,7 +177,7 @@ class basic_queued_lock {
     if constexpr (byte_ops) {
       // A handoff is asked for (the byte must stay set), or somebody sleeps: release
       // and clear the flags in one RMW, then only wake.
-      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & ((handoff | slow | parked) >> 8)) {
+      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (unlock_flags >> 8)) {
         unlock_slow();
         return;
       }
@@ -162,10 +196,79 @@ class basic_queued_lock {
         const std::uint8_t f = __atomic_load_n(byte_at(1), __ATOMIC_RELAXED);
         if (f & (slow >> 8)) detail::unpark_channel(word_, 0);
         if (f & (parked >> 8)) detail::unpark_channel(word_, 1);
+        if (Requests && (f & (prio_slow >> 8))) detail::unpark_channel(word_, 2);
       }
     } else {
       unlock_slow();
     }
+  }
+
+  // The privileged side (Requests only; priority_lock.hpp). Publish the request,
+  // after which every ordinary way in fails, then take the lock when it is free or
+  // when the owner's unlock() hands it over.
+  void lock_request() noexcept requires Requests {
+    // Relaxed: ownership is acquired below, by the CAS or the load that sees the handover.
+    std::uint32_t val = word_.fetch_or(request, std::memory_order_relaxed);
+    HOTPATH_ASSERT((val & (request | prio_held)) == 0,
+                   "priority_lock: two threads on the privileged side at once");
+    val |= request;
+    unsigned n = 0;
+    for (;;) {
+      if ((val & request) == 0) return;  // handed over by unlock_slow()
+      if ((val & locked_mask) == 0) {
+        // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
+        if (word_.compare_exchange_weak(val,
+                                        (val & ~(request | prio_slow)) | locked_val | prio_held,
+                                        std::memory_order_acquire, std::memory_order_acquire)) {
+          return;
+        }
+        continue;
+      }
+      if (!wait::relax(n)) {
+        if constexpr (wait::parks) {
+          park_privileged();
+          n = 0;
+        }
+      }
+      // Acquire pairs with the release RMW in unlock_slow() that hands the lock over.
+      val = word_.load(std::memory_order_acquire);
+    }
+  }
+
+  bool try_lock_request() noexcept requires Requests {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    HOTPATH_ASSERT((val & (request | prio_held)) == 0,
+                   "priority_lock: two threads on the privileged side at once");
+    while ((val & locked_mask) == 0) {
+      // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
+      if (word_.compare_exchange_weak(val, val | locked_val | prio_held, std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Called by an ordinary owner in a long critical section: if a privileged request
+  // is pending, lend the lock to the privileged thread and take it back when its
+  // section ends, before any ordinary thread (the locked byte stays set throughout),
+  // as the kernel's cond_resched_lock() breaks a long section. True if it ceded.
+  bool cede() noexcept requires Requests {
+    std::uint32_t val = word_.load(std::memory_order_relaxed);
+    do {
+      if ((val & request) == 0) return false;
+      // Release hands our section's writes to the privileged thread's acquire load.
+    } while (!word_.compare_exchange_weak(val, (val & ~(request | prio_slow)) | prio_held | ceded,
+                                          std::memory_order_release, std::memory_order_relaxed));
+    if constexpr (wait::parks) {
+      if (val & prio_slow) detail::unpark_channel(word_, 2);
+    }
+    // Never sleeps (nobody would wake us): the privileged section is short.
+    unsigned n = 0;
+    // Acquire pairs with the release RMW of the privileged unlock() that returns it.
+    while (word_.load(std::memory_order_acquire) & ceded)
+      detail::relax_or_yield<wait>(n);
+    return true;
   }
 
   // True if some thread holds the lock (a snapshot).
@@ -213,19 +316,36 @@ class basic_queued_lock {
     return table::get((tail >> slot_shift) - 1).nodes[(tail >> idx_shift) & 3u];
   }
 
-  // Word-wide unlock: a handoff to the head, or release with wake-ups. One RMW, so
-  // (single modification order) it sees every sleeper's flag set before it; after
-  // it succeeds the word is not touched again (the lock may be gone).
+  // Word-wide unlock: a handoff to the privileged thread or the head, or release with
+  // wake-ups. One RMW, so (single modification order) it sees every sleeper's flag
+  // and every request set before it; after it succeeds the word is not touched
+  // again (the lock may be gone).
   void unlock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     std::uint32_t nv;
     do {
-      // Handoff: the locked byte stays set and now belongs to the head.
-      nv = (val & handoff) ? val & ~(handoff | slow) : val & ~(locked_mask | slow | parked);
-      // Release pairs with the acquire load of the next owner (or the head).
+      if (Requests && (val & ceded)) {
+        // The privileged section inside an ordinary one ends: the locked byte stays
+        // set and goes back to the owner that ceded it (spinning in cede()).
+        nv = val & ~(ceded | prio_held);
+      } else if (Requests && (val & request)) {
+        // To the privileged thread: the locked byte stays set; an ordinary handoff
+        // asked for stays asked for, and is served by the privileged unlock().
+        nv = (val & ~(request | prio_slow)) | prio_held;
+      } else if (val & handoff) {
+        // To the pending owner or the head: the locked byte stays set.
+        nv = val & ~(handoff | slow | prio_held);
+      } else {
+        nv = val & ~(locked_mask | slow | parked | prio_held);
+      }
+      // Release pairs with the acquire load of the next owner.
     } while (!word_.compare_exchange_weak(val, nv, std::memory_order_release,
                                           std::memory_order_relaxed));
     if constexpr (wait::parks) {
+      if (Requests && (val & (ceded | request)) != 0) {
+        if ((val & ceded) == 0 && (val & prio_slow)) detail::unpark_channel(word_, 2);
+        return;
+      }
       if (val & slow) detail::unpark_channel(word_, 0);
       if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
     }
@@ -263,7 +383,7 @@ class basic_queued_lock {
         word_.fetch_and(~pending, std::memory_order_relaxed);
         return;
       }
-      if ((val & locked_mask) == 0) {
+      if ((val & busy_mask) == 0) {
         // pending -> locked, and our handoff request (if any) withdrawn; slow stays
         // (the head may sleep too). Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, (val & ~(pending | handoff)) | locked_val,
@@ -323,7 +443,7 @@ class basic_queued_lock {
         grant_next(me);
         return;
       }
-      if ((val & (locked_mask | pending)) == 0) {
+      if ((val & (busy_mask | pending)) == 0) {
         // Take it; clear handoff and slow (only ours: pending is clear, so there is
         // no pending owner asleep) and the tail if it is ours.
         const bool last = (val & tail_mask) == my_tail;
@@ -410,7 +530,7 @@ class basic_queued_lock {
     unsigned n = 0;
     for (;;) {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
-      if ((val & locked_mask) == 0) {
+      if ((val & busy_mask) == 0) {
         // Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
                                         std::memory_order_relaxed)) {
@@ -434,12 +554,31 @@ class basic_queued_lock {
     word_.fetch_or(flag, std::memory_order_relaxed);
     detail::heavy_fence();  // pairs with light_fence() in unlock()
     const std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if ((val & locked_mask) == 0 || (val & flag) == 0) return;
+    if ((val & busy_mask) == 0 || (val & flag) == 0) return;
     if (asked && (val & handoff) == 0) return;  // handed over meanwhile
     detail::park(word_, val, channel);
   }
 
+  // The privileged thread sleeps while the lock is held and its request not yet
+  // served. Dekker with unlock() as in park_on_word(); the request bit alone already
+  // sends every unlock() that sees it to unlock_slow(), which wakes channel 2.
+  void park_privileged() noexcept {
+    word_.fetch_or(prio_slow, std::memory_order_relaxed);
+    detail::heavy_fence();  // pairs with light_fence() in unlock()
+    const std::uint32_t val = word_.load(std::memory_order_relaxed);
+    if ((val & locked_mask) == 0 || (val & request) == 0 || (val & prio_slow) == 0) return;
+    detail::park(word_, val, 2);
+  }
+
   atomic<std::uint32_t> word_{0};
+};
+
+}  // namespace detail
+
+template <class Policy = default_policy>
+class basic_queued_lock : public detail::queued_core<Policy, false> {
+ public:
+  constexpr basic_queued_lock() noexcept = default;
 };
 
 using queued_lock = basic_queued_lock<>;
