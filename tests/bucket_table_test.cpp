@@ -391,12 +391,14 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
     std::atomic<std::int64_t> refused{0}, admitted{0};
     for (int round = 0; round < 4; ++round) {
       std::atomic<bool> go{false};
+      std::chrono::steady_clock::time_point deadline;  // set before `go`, read after it
       std::vector<std::thread> pool;
       for (unsigned th = 0; th < threads; ++th) {
         pool.emplace_back([&, th] {
           while (!go.load(std::memory_order_acquire))
             std::this_thread::yield();
           for (std::uint32_t i = 0; i < 20000; ++i) {
+            if (i % 256 == 255 && std::chrono::steady_clock::now() > deadline) break;
             const std::uint32_t id = (static_cast<std::uint32_t>(round) << 24) | (th << 16) | i;
             // Each entry grows by a fragment after it is created, as a reassembly queue.
             auto r = t.find_or_create(key_of(id), i, [](table::entry& e) {
@@ -411,6 +413,7 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
           }
         });
       }
+      deadline = std::chrono::steady_clock::now() + 2s;
       go.store(true, std::memory_order_release);
       for (auto& th : pool)
         th.join();
