@@ -102,6 +102,19 @@ struct hotpath_map {
   }
 };
 
+// The limit: the same table, one per thread (keys carry their thread in src), so
+// that nothing is shared. What scaling costs is the gap between this and hotpath_map.
+struct private_tables {
+  std::array<std::unique_ptr<hotpath_map>, 8> per;
+  private_tables() {
+    for (auto& p : per)
+      p = std::make_unique<hotpath_map>();
+  }
+  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t now) {
+    per[k.src % per.size()]->fragment(k, n, now);
+  }
+};
+
 struct one_mutex_map {
   std::mutex m;
   std::unordered_map<ipv4_key, queue, shared_hash> map;
@@ -349,6 +362,7 @@ void mix_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(mix<hotpath_map>)->Name("bucket_table/mix/hotpath")->Apply(mix_args);
+BENCHMARK(mix<private_tables>)->Name("bucket_table/mix/limit_table_per_thread")->Apply(mix_args);
 BENCHMARK(mix<one_mutex_map>)->Name("bucket_table/mix/std_mutex_unordered_map")->Apply(mix_args);
 BENCHMARK(mix<sharded_map>)->Name("bucket_table/mix/sharded64_unordered_map")->Apply(mix_args);
 #if defined(HOTPATH_HAVE_TBB)
