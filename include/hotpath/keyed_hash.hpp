@@ -18,7 +18,8 @@
 // sequences (std::string, std::string_view, std::span<const std::byte>,
 // std::span<const unsigned char>). siphash13() hashes any byte range.
 //
-// Cost: about 7.5 ns per 12-byte key on this machine (docs/bucket_table.md).
+// Cost: 13.6 ns per 12-byte key and 16.3 ns per 36-byte key here (2.6 GHz; about
+// 1.1x unkeyed std::hash<std::string_view>; docs/bucket_table.md).
 #pragma once
 
 #include <array>
