@@ -425,7 +425,10 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
       EXPECT_LE(t.charged(), t.budget() + threads * o.charge_batch);
       EXPECT_EQ(life.made() - life.destroyed(), t.size());
     }
-    EXPECT_EQ(refused.load(), 0);
+    // New keys are admitted: a refusal needs every one of a charge's four evictions
+    // to be taken by other threads' charges first (none seen here; allowed, rarely).
+    EXPECT_LE(refused.load(), admitted.load() / 1000);
+    EXPECT_GT(admitted.load(), 0);
     // Nothing expires and nothing is erased: every entry made is live or was evicted.
     EXPECT_EQ(life.made(), evictions.load() + t.size());
   }
