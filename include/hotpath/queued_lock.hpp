@@ -72,6 +72,7 @@
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/thread_slots.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class Policy = default_policy>
@@ -445,3 +446,4 @@ class basic_queued_lock {
 using queued_lock = basic_queued_lock<>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -49,6 +49,7 @@
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -415,3 +416,4 @@ class rcu_obj_base : private detail::rcu_node {
 };
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -20,6 +20,7 @@
 #include "hotpath/detail/config.hpp"
 #include "hotpath/rcu.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class T, class Policy = default_policy>
@@ -104,3 +105,4 @@ template <class T>
 using rcu_cell = basic_rcu_cell<T>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -22,6 +22,7 @@
 
 #include "hotpath/detail/config.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
 
 class thread_slot_registry {
@@ -166,3 +167,4 @@ class slot_table {
 };
 
 }  // namespace hotpath::detail
+HOTPATH_VISIBILITY_END
