@@ -9,15 +9,18 @@
 // whose destructor runs at thread exit); the next thread reuses it, so slot numbers
 // stay dense and per-slot tables stay small. Handing slots out takes a mutex: it
 // happens once per thread, never on a lock's fast path. Because of that mutex (and
-// the allocations beside it: the exit hook, a slot_table chunk), a thread's first
-// this_thread_slot() must not run in a signal handler (it could interrupt the same
-// thread inside the mutex); take the slot outside one first. Out of memory, take()
-// refuses (no_slot) and give_back() leaks the slot; neither terminates.
+// the allocations beside it: the exit hook), a thread's first this_thread_slot()
+// must not run in a signal handler (it could interrupt the same thread inside the
+// mutex); a user of the slots offers a preparation call that takes the slot and
+// creates the thread's blocks (queued_lock::prepare_thread()). Out of memory, take()
+// refuses (no_slot), give_back() leaks the slot and slot_table::find_or_create()
+// returns nullptr; none of them throws or terminates.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "hotpath/detail/config.hpp"
@@ -133,7 +136,9 @@ class thread_slot_registry {
 
 // Per-slot storage of `Block`s for the slots handed out so far: chunks allocated on
 // first use and never freed (a slot's next owner reuses its block), so a pointer
-// into it stays valid for the life of the process. Lookup is two loads.
+// into it stays valid for the life of the process. Lookup is two loads. Creating a
+// chunk takes no lock (a CAS publishes it), so a thread whose block exists never
+// allocates or blocks here again, in a signal handler or anywhere.
 template <class Block>
 class slot_table {
   static constexpr std::uint32_t chunk_size = 64;
@@ -141,21 +146,24 @@ class slot_table {
       (thread_slot_registry::max_slots + chunk_size) / chunk_size;
 
  public:
-  // The block of slot `s`, allocating its chunk if needed (by the slot's owner).
-  static Block& get_or_create(std::uint32_t s) {
+  // The block of slot `s`, allocating its chunk if needed; nullptr if out of memory.
+  static Block* find_or_create(std::uint32_t s) noexcept {
     std::atomic<Block*>& c = table_[s / chunk_size];
-    // Acquire pairs with the release store below: the chunk's blocks are constructed.
+    // Acquire pairs with the release CAS below: the chunk's blocks are constructed.
     Block* chunk = c.load(std::memory_order_acquire);
-    if (chunk == nullptr) {
-      static std::mutex mu;
-      std::lock_guard g(mu);
-      chunk = c.load(std::memory_order_relaxed);
-      if (chunk == nullptr) {
-        chunk = new Block[chunk_size];
-        c.store(chunk, std::memory_order_release);
+    if (chunk == nullptr) [[unlikely]] {
+      Block* fresh = new (std::nothrow) Block[chunk_size];
+      if (fresh == nullptr) return nullptr;
+      // Release publishes the constructed blocks; acquire on failure pairs with the
+      // winner's release.
+      if (c.compare_exchange_strong(chunk, fresh, std::memory_order_release,
+                                    std::memory_order_acquire)) {
+        chunk = fresh;
+      } else {
+        delete[] fresh;  // another slot of the chunk got there first
       }
     }
-    return chunk[s % chunk_size];
+    return &chunk[s % chunk_size];
   }
   // The block of a slot that another thread has already created and published.
   static Block& get(std::uint32_t s) noexcept {
