@@ -120,11 +120,11 @@ TEST(QueuedLockSignal, QueueWaitOutOfMemoryFallsBackToOverflow) {
         third = std::thread([&] {
           EXPECT_NE(detail::thread_slot_registry::this_thread_slot(),
                     detail::thread_slot_registry::no_slot);
-          alloc_hook::fail_next(1);  // the node chunk
+          alloc_hook::fail_after(0);  // the node chunk
           lock.lock();
           locked.store(true, std::memory_order_relaxed);
           failed = alloc_hook::failures();
-          alloc_hook::fail_next(0);
+          alloc_hook::no_failure();
           lock.unlock();
           prepared_later = lock_type::prepare_thread();
         });

@@ -2,9 +2,10 @@
 // Replaces the global operator new/delete of a test program (include it in exactly
 // one of its translation units) to count this thread's allocations and to make
 // them fail on demand:
-//   alloc_hook::count()     allocations by this thread so far
-//   alloc_hook::fail_next(n)  the next n allocations of this thread throw bad_alloc
-//   alloc_hook::failures()  allocations of this thread that were made to fail
+//   alloc_hook::count()       allocations by this thread so far
+//   alloc_hook::fail_after(k) this thread's allocation after the next k throws bad_alloc
+//   alloc_hook::no_failure()  cancels that
+//   alloc_hook::failures()    allocations of this thread that were made to fail
 // Counters are per thread (plain thread_locals, async-signal-safe to read), so a
 // signal handler's allocations are counted on the thread it interrupts.
 #pragma once
@@ -17,7 +18,7 @@
 namespace hotpath::test::alloc_hook {
 
 inline thread_local std::uint64_t allocations = 0;
-inline thread_local std::uint64_t to_fail = 0;
+inline thread_local std::int64_t countdown = -1;  // < 0: no failure planned
 inline thread_local std::uint64_t failed = 0;
 
 inline std::uint64_t count() noexcept {
@@ -26,14 +27,16 @@ inline std::uint64_t count() noexcept {
 inline std::uint64_t failures() noexcept {
   return failed;
 }
-inline void fail_next(std::uint64_t n) noexcept {
-  to_fail = n;
+inline void fail_after(std::int64_t k) noexcept {
+  countdown = k;
+}
+inline void no_failure() noexcept {
+  countdown = -1;
 }
 
 inline void* allocate(std::size_t n, std::size_t align) {
   ++allocations;
-  if (to_fail != 0) {
-    --to_fail;
+  if (countdown >= 0 && countdown-- == 0) {
     ++failed;
     throw std::bad_alloc();
   }
