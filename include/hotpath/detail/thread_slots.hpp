@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "hotpath/detail/config.hpp"
+#include "hotpath/detail/fork.hpp"
 
 HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
@@ -36,7 +37,7 @@ class thread_slot_registry {
   // Never destroyed: a thread (a detached one, say) may exit, and give its slot
   // back, during or after exit()'s static destructors.
   static thread_slot_registry& instance() noexcept {
-    static thread_slot_registry& r = *new thread_slot_registry;
+    static thread_slot_registry& r = make();
     return r;
   }
 
@@ -81,6 +82,32 @@ class thread_slot_registry {
       if (s != 0) instance().give_back(s - 1);
     }
   };
+
+  static thread_slot_registry& make() noexcept {
+    auto* r = new thread_slot_registry;
+    at_fork(&prepare_fork, &parent_after_fork, &child_after_fork);
+    return *r;
+  }
+
+  // fork(): no thread may be inside mu_ at the fork (prepare takes it); in the child
+  // the forking thread is the only one alive, so every other slot is free again.
+  static void prepare_fork() noexcept { instance().mu_.lock(); }
+  static void parent_after_fork() noexcept { instance().mu_.unlock(); }
+  static void child_after_fork() noexcept {
+    thread_slot_registry& r = instance();
+    const std::uint32_t mine = local_state().slot_plus_1;  // 0: none
+    const std::uint32_t high = r.high_water_.load(std::memory_order_relaxed);
+    try {
+      r.free_.reserve(high);  // may throw: then nothing changes (slots stay taken)
+      r.free_.clear();
+      for (std::uint32_t s = high; s-- > 0;) {  // lowest numbers reused first
+        if (s + 1 != mine) r.free_.push_back(s);
+      }
+      r.live_.store(mine != 0 ? 1 : 0, std::memory_order_relaxed);
+    } catch (...) {
+    }
+    r.mu_.unlock();
+  }
 
   std::uint32_t take(local& l) noexcept {
     if (live_.load(std::memory_order_relaxed) >= limit()) {
