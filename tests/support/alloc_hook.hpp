@@ -51,24 +51,88 @@ inline void* allocate(std::size_t n, std::size_t align) {
   return p;
 }
 
+// Out of line, so that the compiler does not see operator new's memory reach free().
+[[gnu::noinline]] inline void deallocate(void* p) noexcept {
+  std::free(p);
+}
+
 }  // namespace hotpath::test::alloc_hook
 
-// The ordinary and aligned forms; the array and nothrow forms call these.
+// Every form: a sanitizer's runtime replaces each of them, so one left out here
+// would bypass the hook.
 void* operator new(std::size_t n) {
+  return hotpath::test::alloc_hook::allocate(n, alignof(std::max_align_t));
+}
+void* operator new[](std::size_t n) {
   return hotpath::test::alloc_hook::allocate(n, alignof(std::max_align_t));
 }
 void* operator new(std::size_t n, std::align_val_t a) {
   return hotpath::test::alloc_hook::allocate(n, static_cast<std::size_t>(a));
 }
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return hotpath::test::alloc_hook::allocate(n, static_cast<std::size_t>(a));
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return hotpath::test::alloc_hook::allocate(n, alignof(std::max_align_t));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return hotpath::test::alloc_hook::allocate(n, alignof(std::max_align_t));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return hotpath::test::alloc_hook::allocate(n, static_cast<std::size_t>(a));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return hotpath::test::alloc_hook::allocate(n, static_cast<std::size_t>(a));
+  } catch (...) {
+    return nullptr;
+  }
+}
 void operator delete(void* p) noexcept {
-  std::free(p);
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
 }
 void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
 }
 void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
 }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  hotpath::test::alloc_hook::deallocate(p);
 }
