@@ -31,9 +31,9 @@
 // queued_lock. A thread is named in the tail by its slot (detail/thread_slots.hpp),
 // taken on first contention, with the node block beside it, and returned at thread
 // exit. That first contention takes a mutex and allocates, so it must not happen in
-// a signal handler: a thread whose handler may contend calls prepare_thread() (or
-// contends once) outside it first; after that no wait of the thread allocates or
-// blocks on anything but the lock. Beyond 4 nested waits, with no slot (more live
+// a signal handler: a thread whose handler may contend calls prepare_thread()
+// outside it first; after that no wait of the thread allocates or blocks on anything
+// but the lock. Beyond 4 nested waits, with no slot (more live
 // threads than the tail can name: 16383), or with no memory for the nodes, a thread
 // falls back to trylock-and-park on the word, as the kernel falls back to trylock
 // spinning.
@@ -179,7 +179,7 @@ class basic_queued_lock {
   std::uint32_t state() const noexcept { return word_.load(std::memory_order_relaxed); }
   // Takes this thread's slot and creates its nodes, so that no later lock() of this
   // thread allocates or takes a mutex: call it before a signal handler of this
-  // thread may contend (the first contention outside a handler does the same).
+  // thread may contend (a first wait in a queue, outside a handler, does the same).
   // False if no slot or no memory was to be had: lock() then waits without a node.
   static bool prepare_thread() noexcept {
     (void)depth();
