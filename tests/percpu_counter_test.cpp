@@ -99,7 +99,8 @@ void exact_under_migration(const stress_config& cfg) {
   std::vector<int> fast(cfg.threads);
   std::atomic<unsigned> ready{0}, finished{0};
   std::atomic<bool> go{false};
-  const auto deadline = std::chrono::steady_clock::now() + cfg.budget;
+  // Starts once every thread runs: set before `go`, read after it.
+  std::chrono::steady_clock::time_point deadline;
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < cfg.threads; ++t) {
     pool.emplace_back([&, t] {
@@ -142,6 +143,7 @@ void exact_under_migration(const stress_config& cfg) {
   for (auto& th : pool)
     handles.push_back(th.native_handle());
   affinity_flipper flipper(handles);
+  deadline = std::chrono::steady_clock::now() + cfg.budget;
   go.store(true, std::memory_order_release);
   // The early third exit while the rest run on: join nobody until all are done,
   // so the flipper never touches a reused thread handle.
@@ -427,8 +429,12 @@ void read_within_bound(std::int64_t batch, paths path) {
   }
   const std::int64_t slack = c.error_bound() + threads * batch;
   std::uint64_t checks = 0, far_checks = 0, above_checks = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 700ms;
-  while (std::chrono::steady_clock::now() < deadline) {
+  // Run 700 ms and until both regimes below were checked (the threads may be slow to
+  // get a cpu on a loaded machine); 60 s without them fails the test below.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto ran = std::chrono::steady_clock::now() - start;
+    if ((ran > 700ms && far_checks > 0 && above_checks > 0) || ran > 60s) break;
     std::int64_t lo = 0;
     for (auto& d : done)
       lo += d.n.load(std::memory_order_acquire);

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/stress.hpp"
+
 namespace hotpath::test {
 namespace {
 
@@ -34,7 +36,8 @@ struct traffic_result {
 };
 
 // `senders` threads each offer up to `per_sender` packets (stopping early after
-// `budget`, or once `during` has returned if that is later), while a transmit thread
+// `budget`, counted from when every thread runs, or once `during` has returned if
+// that is later), while a transmit thread
 // dequeues until everything offered is accounted for, checking per-sender order.
 // `during` runs on the main thread while traffic flows.
 template <class S, class During>
@@ -45,17 +48,17 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
   r.accepted.assign(senders, 0);
   r.delivered.assign(senders, 0);
   std::atomic<unsigned> finished{0};
-  std::atomic<bool> go{false}, during_done{false};
-  const auto deadline = std::chrono::steady_clock::now() + budget;
+  std::atomic<bool> during_done{false};
+  // The senders, the transmit thread and this one (which runs `during`).
+  start_gate gate(senders + 2, budget);
   std::vector<std::thread> pool;
   for (unsigned s = 0; s < senders; ++s) {
     pool.emplace_back([&, s] {
-      while (!go.load(std::memory_order_acquire))
-        std::this_thread::yield();
+      gate.arrive_and_wait();
       std::int64_t i = 0, ok = 0;
       for (; i < per_sender; ++i) {
-        if ((i & 63) == 0 && std::chrono::steady_clock::now() > deadline &&
-            during_done.load(std::memory_order_acquire))
+        // Every sender offers at least one packet, however loaded the machine.
+        if (i > 0 && (i & 63) == 0 && gate.expired() && during_done.load(std::memory_order_acquire))
           break;
         packet p{s, static_cast<std::uint32_t>(i), 100, 0};
         if (q.enqueue(p) == verdict::ok) ++ok;
@@ -68,6 +71,7 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
   std::thread tx([&] {
     std::vector<packet> buf(4096);
     std::vector<std::int64_t> last(senders, -1);
+    gate.arrive_and_wait();
     for (;;) {
       const bool done = finished.load(std::memory_order_acquire) == senders;
       const std::size_t n = q.dequeue_batch(buf.data(), buf.size());
@@ -84,7 +88,7 @@ traffic_result traffic(qdisc<S>& q, unsigned senders, std::int64_t per_sender,
       }
     }
   });
-  go.store(true, std::memory_order_release);
+  gate.arrive_and_wait();
   during();
   during_done.store(true, std::memory_order_release);
   for (auto& t : pool)

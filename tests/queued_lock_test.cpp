@@ -319,9 +319,11 @@ void queued_threads_get_through() {
   std::atomic<bool> done{false};
   std::atomic<unsigned> through{0};
   std::uint64_t counter = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // Two hammers, four waiters and this thread; the clock starts once all run.
+  start_gate gate(7, std::chrono::seconds(20));
   auto hammer = [&] {
-    while (!done.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < deadline) {
+    gate.arrive_and_wait();
+    while (!done.load(std::memory_order_relaxed) && !gate.expired()) {
       for (int i = 0; i < 1000; ++i) {
         lock.lock();
         ++counter;
@@ -333,6 +335,7 @@ void queued_threads_get_through() {
   std::vector<std::thread> waiters;
   for (int i = 0; i < 4; ++i) {
     waiters.emplace_back([&] {
+      gate.arrive_and_wait();
       for (int k = 0; k < 20; ++k) {
         lock.lock();
         ++counter;
@@ -342,9 +345,10 @@ void queued_threads_get_through() {
       through.fetch_add(1);
     });
   }
+  gate.arrive_and_wait();
   for (auto& w : waiters)
     w.join();
-  const bool in_time = std::chrono::steady_clock::now() < deadline;
+  const bool in_time = !gate.expired();
   done = true;
   h1.join();
   h2.join();

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/stress.hpp"
+
 namespace hotpath::test {
 namespace {
 
@@ -95,14 +97,16 @@ TEST(RcuCell, StressReadersAndUpdaters) {
   const long start_balance = balance();
   constexpr unsigned readers = 4, writers = 2;
   constexpr long updates_per_writer = 300000;
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
   std::atomic<long> violations{0}, reads{0}, updates{0};
   std::atomic<bool> writers_done{false};
   {
     rcu_cell<params> cell(params(0));
+    // The writers' time budget starts once every thread runs.
+    start_gate gate(readers + writers, 2s);
     std::vector<std::thread> pool;
     for (unsigned r = 0; r < readers; ++r) {
       pool.emplace_back([&] {
+        gate.arrive_and_wait();
         long n = 0, last = 0;
         while (!writers_done.load(std::memory_order_relaxed)) {
           auto g = cell.read();
@@ -117,8 +121,9 @@ TEST(RcuCell, StressReadersAndUpdaters) {
     std::vector<std::thread> wpool;
     for (unsigned w = 0; w < writers; ++w) {
       wpool.emplace_back([&] {
+        gate.arrive_and_wait();
         long i = 0;
-        for (; i < updates_per_writer && std::chrono::steady_clock::now() < deadline; ++i)
+        for (; i < updates_per_writer && (i == 0 || !gate.expired()); ++i)
           cell.update([](const params& p) { return params(p.a + 1); });
         updates.fetch_add(i, std::memory_order_relaxed);
       });

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <numeric>
 #include <type_traits>
 
@@ -40,6 +42,41 @@ TEST(TicketLock, IsLockedReflectsState) {
 
 TEST(TicketLock, WaitersParkInsteadOfBurningCpu) {
   expect_waiters_park<ticket_lock, basic_ticket_lock<spin_policy>>();
+}
+
+// Wrap-around: counters that start 8 short of 2^32, so a short run crosses the wrap
+// (sleepers_ starts there too: nonzero, it only costs unlock() a spurious wake).
+template <class T>
+struct near_wrap_atomic : std::atomic<T> {
+  constexpr near_wrap_atomic(T v) noexcept : std::atomic<T>(static_cast<T>(v - 8)) {}
+};
+
+TEST(TicketLock, FifoAndExclusiveAcrossTheCounterWrap) {
+  {
+    basic_ticket_lock<basic_policy<announcing<spin_then_park<>>, near_wrap_atomic>> lock;
+    std::vector<int> expected(12);  // tickets 2^32 - 8 .. 2^32 + 4
+    std::iota(expected.begin(), expected.end(), 0);
+    EXPECT_EQ(acquisition_order(lock, 12), expected);
+    EXPECT_FALSE(lock.is_locked());
+    EXPECT_TRUE(lock.try_lock());
+    EXPECT_TRUE(lock.is_locked());
+    EXPECT_FALSE(lock.try_lock());
+    lock.unlock();
+  }
+  for (int k = 0; k < 3; ++k) {  // the wrap lands somewhere else in each run
+    basic_ticket_lock<basic_policy<spin_then_yield<>, near_wrap_atomic>> lock;
+    for (int i = 0; i < 5 + k; ++i) {  // 3 - k tickets left before the wrap
+      lock.lock();
+      lock.unlock();
+    }
+    // A FIFO spinning lock convoys on a loaded machine: bounded in time too. Each of
+    // the 4 threads gets its first section whatever the time: the wrap is crossed.
+    const stress_result r = stress_lock(lock, 4, 200, std::chrono::seconds(2));
+    EXPECT_EQ(r.violations, 0u);
+    EXPECT_EQ(r.counter, r.total);
+    EXPECT_GE(r.total, 4u);
+    EXPECT_FALSE(lock.is_locked());
+  }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/policy.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class Policy = default_policy>
@@ -203,3 +204,4 @@ class basic_mcs_lock {
 using mcs_lock = basic_mcs_lock<>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #endif
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -219,3 +220,4 @@ class percpu {
 };
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

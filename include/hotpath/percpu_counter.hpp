@@ -56,6 +56,7 @@
 #include "hotpath/detail/rseq.hpp"
 #include "hotpath/percpu.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -324,3 +325,4 @@ class percpu_stats {
 };
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

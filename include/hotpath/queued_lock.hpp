@@ -33,12 +33,14 @@
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
 // a waiter is interrupted (a signal handler, or a waiting policy) and takes another
 // queued_lock. A thread is named in the tail by its slot (detail/thread_slots.hpp),
-// taken on first contention and returned at thread exit. That first contention takes
-// a mutex and allocates, so it must not happen in a signal handler: a thread that
-// may contend in one contends once (or calls detail::thread_slot_registry::
-// this_thread_slot()) outside it first. Beyond 4 nested waits, or
-// with no slot (more live threads than the tail can name: 16383), a thread falls
-// back to trylock-and-park on the word, as the kernel falls back to trylock spinning.
+// taken on first contention, with the node block beside it, and returned at thread
+// exit. That first contention takes a mutex and allocates, so it must not happen in
+// a signal handler: a thread whose handler may contend calls prepare_thread()
+// outside it first; after that no wait of the thread allocates or blocks on anything
+// but the lock. Beyond 4 nested waits, with no slot (more live
+// threads than the tail can name: 16383), or with no memory for the nodes, a thread
+// falls back to trylock-and-park on the word, as the kernel falls back to trylock
+// spinning.
 //
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending
@@ -80,6 +82,7 @@
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/thread_slots.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -277,6 +280,16 @@ class queued_core {
   }
   // The whole word (a snapshot), for tests and diagnostics.
   std::uint32_t state() const noexcept { return word_.load(std::memory_order_relaxed); }
+  // Takes this thread's slot and creates its nodes, so that no later lock() of this
+  // thread allocates or takes a mutex: call it before a signal handler of this
+  // thread may contend (a first wait in a queue, outside a handler, does the same).
+  // False if no slot or no memory was to be had: lock() then waits without a node.
+  static bool prepare_thread() noexcept {
+    (void)depth();
+    const std::uint32_t slot = slots::this_thread_slot();
+    return slot != slots::no_slot && table::find_or_create(slot) != nullptr;
+  }
+
   // How many of this thread's nodes are in use (waits in progress), for tests.
   static unsigned nodes_in_use() noexcept { return depth(); }
 
@@ -399,11 +412,13 @@ class queued_core {
   void queue() noexcept {
     unsigned& d = depth();
     const std::uint32_t slot = slots::this_thread_slot();
-    if (slot == slots::no_slot || d >= nodes_per_thread) {
+    node_block* b = nullptr;
+    if (slot != slots::no_slot && d < nodes_per_thread) b = table::find_or_create(slot);
+    if (b == nullptr) {  // no slot, nested too deep, or out of memory
       lock_overflow();
       return;
     }
-    node& me = table::get_or_create(slot).nodes[d];
+    node& me = b->nodes[d];
     const std::uint32_t my_tail = ((slot + 1) << slot_shift) | (d << idx_shift);
     ++d;
     me.next.store(nullptr, std::memory_order_relaxed);
@@ -584,3 +599,4 @@ class basic_queued_lock : public detail::queued_core<Policy, false> {
 using queued_lock = basic_queued_lock<>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -22,6 +22,9 @@
 // opened after the hook ran (another thread_local's destructor reading under RCU)
 // takes a slot and gives it back at its outermost unlock().
 //
+// fork() is handled as liburcu does (detail/fork.hpp): in the child, readers of
+// threads that did not survive the fork no longer hold up grace periods.
+//
 // Read-side sections must not be entered from a signal handler: lock() counts the
 // nesting before it stores the sequence, so a handler that interrupts it between
 // the two would find itself "nested" in a section that does not hold writers yet.
@@ -42,13 +45,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
 #include "hotpath/detail/config.hpp"
+#include "hotpath/detail/fork.hpp"
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -174,7 +180,56 @@ class basic_rcu_domain {
   }
 
  private:
-  basic_rcu_domain() noexcept { detail::membarrier_available(); }
+  basic_rcu_domain() noexcept {
+    detail::membarrier_available();
+    detail::at_fork(&prepare_fork, &parent_after_fork, &child_after_fork);
+  }
+
+  // fork() (detail/fork.hpp). Prepare takes reclaim_mutex_, so that no other thread
+  // is inside it (reclaiming, or waiting for readers) at the fork; the child then
+  // releases it and frees every other thread's reader word: those threads are gone,
+  // and a word left inside a section would hold up every grace period. A thread that
+  // forks from a deleter holds the mutex already. One that forks from inside a
+  // section cannot wait for it (its holder may be waiting for that section): it takes
+  // the mutex if free, and otherwise the child makes a fresh one (what the holder
+  // was reclaiming is then leaked there; a batch it had started waits anew).
+  enum class fork_hold : unsigned char { none, taken, ours, other };
+  static void prepare_fork() noexcept {
+    basic_rcu_domain& d = instance();
+    const thread_state& s = local();
+    if (s.reclaiming) {  // run() is called only with the mutex held
+      d.fork_hold_ = fork_hold::ours;
+    } else if (s.nesting == 0) {
+      d.reclaim_mutex_.lock();
+      d.fork_hold_ = fork_hold::taken;
+    } else {
+      d.fork_hold_ = d.reclaim_mutex_.try_lock() ? fork_hold::taken : fork_hold::other;
+    }
+  }
+  static void parent_after_fork() noexcept {
+    basic_rcu_domain& d = instance();
+    if (std::exchange(d.fork_hold_, fork_hold::none) == fork_hold::taken) d.reclaim_mutex_.unlock();
+  }
+  static void child_after_fork() noexcept {
+    basic_rcu_domain& d = instance();
+    const reader* mine = local().rec;
+    for (reader* r = d.readers_.load(std::memory_order_relaxed); r != nullptr; r = r->next) {
+      if (r == mine) continue;
+      r->ctr.store(0, std::memory_order_relaxed);
+      r->in_use.store(false, std::memory_order_relaxed);
+    }
+    switch (std::exchange(d.fork_hold_, fork_hold::none)) {
+      case fork_hold::taken:
+        d.reclaim_mutex_.unlock();
+        break;
+      case fork_hold::other:  // its holder does not exist here
+        new (&d.reclaim_mutex_) std::mutex;
+        if (d.batch_ != nullptr) d.batch_gp_ = d.start_grace_period();
+        break;
+      default:
+        break;
+    }
+  }
 
   struct alignas(cache_line_size) reader {
     atomic<std::uint64_t> ctr{0};
@@ -347,8 +402,9 @@ class basic_rcu_domain {
   alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
   atomic<std::size_t> pending_count_{0};
   std::mutex reclaim_mutex_;
-  detail::rcu_node* batch_ = nullptr;  // guarded by reclaim_mutex_
-  std::uint64_t batch_gp_ = 0;         // guarded by reclaim_mutex_
+  detail::rcu_node* batch_ = nullptr;      // guarded by reclaim_mutex_
+  std::uint64_t batch_gp_ = 0;             // guarded by reclaim_mutex_
+  fork_hold fork_hold_ = fork_hold::none;  // who holds reclaim_mutex_ across a fork
 };
 
 using rcu_domain = basic_rcu_domain<>;
@@ -415,3 +471,4 @@ class rcu_obj_base : private detail::rcu_node {
 };
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

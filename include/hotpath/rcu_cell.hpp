@@ -10,6 +10,12 @@
 //
 // The pointer word is never null. Writers may call store()/update() from inside a
 // read-side section: retiring never waits for a grace period.
+//
+// Allocation: the node that retires a value is allocated before the new value is
+// published, so a store() or update() that throws (bad_alloc, or f's exception)
+// has changed nothing and leaked nothing; one that returns has nothing left to
+// fail. The node for the last value is allocated with the cell, so the destructor
+// allocates nothing.
 #pragma once
 
 #include <atomic>
@@ -20,6 +26,7 @@
 #include "hotpath/detail/config.hpp"
 #include "hotpath/rcu.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class T, class Policy = default_policy>
@@ -49,13 +56,15 @@ class basic_rcu_cell {
   };
 
   basic_rcu_cell() : basic_rcu_cell(std::make_unique<T>()) {}
-  explicit basic_rcu_cell(std::unique_ptr<T> p) : ptr_(p.release()) {
-    HOTPATH_ASSERT(ptr_.load(std::memory_order_relaxed) != nullptr, "rcu_cell of a null pointer");
+  explicit basic_rcu_cell(std::unique_ptr<T> p)
+      : ptr_(p.get()), last_(std::make_unique<retire_node>()) {
+    HOTPATH_ASSERT(p != nullptr, "rcu_cell of a null pointer");
+    (void)p.release();  // ours from here on
   }
   explicit basic_rcu_cell(T value) : basic_rcu_cell(std::make_unique<T>(std::move(value))) {}
 
   // Retires rather than deletes: a reader may still hold a guard on the last value.
-  ~basic_rcu_cell() { retire(ptr_.load(std::memory_order_relaxed)); }
+  ~basic_rcu_cell() { retire(std::move(last_), ptr_.load(std::memory_order_relaxed)); }
 
   basic_rcu_cell(const basic_rcu_cell&) = delete;
   basic_rcu_cell& operator=(const basic_rcu_cell&) = delete;
@@ -64,39 +73,56 @@ class basic_rcu_cell {
 
   void store(std::unique_ptr<T> p) {
     HOTPATH_ASSERT(p != nullptr, "rcu_cell::store() of a null pointer");
+    auto node = std::make_unique<retire_node>();  // before anything changes
     T* old;
     {
       std::scoped_lock l(writer_);
       old = publish(p.release());
     }
-    retire(old);
+    retire(std::move(node), old);
   }
   void store(T value) { store(std::make_unique<T>(std::move(value))); }
 
   // f(const T&) -> T, called with writers excluded; readers carry on meanwhile.
   template <class F>
   void update(F f) {
+    auto node = std::make_unique<retire_node>();  // before anything changes
     T* old;
     {
       std::scoped_lock l(writer_);
       // Relaxed: only writers change ptr_, and we hold their lock.
       const T& current = *ptr_.load(std::memory_order_relaxed);
-      old = publish(new T(f(current)));
+      old = publish(new T(f(current)));  // f(current) constructs the T in place
     }
-    retire(old);
+    retire(std::move(node), old);
   }
 
  private:
+  // Retires one value; allocated before that value is replaced.
+  struct retire_node : detail::rcu_node {
+    T* value = nullptr;
+    static void reclaim(detail::rcu_node* n) noexcept {
+      auto* self = static_cast<retire_node*>(n);
+      delete self->value;
+      delete self;
+    }
+  };
+
   T* publish(T* fresh) noexcept {
     // Release pairs with the acquire load in guard: readers see a constructed T.
     return ptr_.exchange(fresh, std::memory_order_acq_rel);
   }
-  void retire(T* old) { rcu_retire(old, std::default_delete<T>(), dom_); }
+  void retire(std::unique_ptr<retire_node> node, T* old) noexcept {
+    node->value = old;
+    node->rcu_reclaim = &retire_node::reclaim;
+    dom_.retire(node.release());
+  }
 
   // Read on every packet (the domain beside it saves readers a static-init check);
   // writers' lock on a line of its own.
   alignas(cache_line_size) typename Policy::template atomic<T*> ptr_;
   domain& dom_ = domain::instance();
+  std::unique_ptr<retire_node> last_;  // retires the value the destructor finds
   alignas(cache_line_size) std::mutex writer_;
 };
 
@@ -104,3 +130,4 @@ template <class T>
 using rcu_cell = basic_rcu_cell<T>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -36,6 +36,7 @@
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class Policy = default_policy>
@@ -108,3 +109,4 @@ class basic_ticket_lock {
 using ticket_lock = basic_ticket_lock<>;
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

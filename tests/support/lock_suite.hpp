@@ -52,13 +52,19 @@ TYPED_TEST_P(lockable_suite, TryLockFailsWhileHeldAndSucceedsWhenFree) {
 }
 
 // Several locks of one type held at once, taken and released in different orders.
+// Bounded by iterations and by time since all three threads run (FIFO pure-spin
+// locks convoy when a waiter is preempted, which a loaded machine does all the time).
 TYPED_TEST_P(lockable_suite, NestingSeveralLocks) {
   constexpr int kLocks = 6;
   TypeParam locks[kLocks];
   std::uint64_t counts[kLocks] = {};
   constexpr int kIters = 2000;
+  start_gate gate(3, std::chrono::seconds(2));
+  std::atomic<std::uint64_t> done{0};
   auto worker = [&](bool reverse_release) {
-    for (int i = 0; i < kIters; ++i) {
+    gate.arrive_and_wait();
+    int i = 0;
+    for (; i < kIters && (i == 0 || !gate.expired()); ++i) {
       for (int k = 0; k < kLocks; ++k)
         locks[k].lock();  // one global order: no deadlock
       for (int k = 0; k < kLocks; ++k)
@@ -71,13 +77,15 @@ TYPED_TEST_P(lockable_suite, NestingSeveralLocks) {
           locks[k].unlock();
       }
     }
+    done.fetch_add(static_cast<std::uint64_t>(i), std::memory_order_relaxed);
   };
   std::thread a(worker, false), b(worker, true), c(worker, false);
   a.join();
   b.join();
   c.join();
+  EXPECT_GE(done.load(), 3u);
   for (int k = 0; k < kLocks; ++k)
-    EXPECT_EQ(counts[k], 3u * kIters);
+    EXPECT_EQ(counts[k], done.load());
 }
 
 TYPED_TEST_P(lockable_suite, WorksWithStandardGuards) {
@@ -105,23 +113,41 @@ TYPED_TEST_P(lockable_suite, WorksWithStandardGuards) {
 }
 
 // Ping-pong through condition_variable_any: every hand-off must be seen in order.
+// Strict ping-pong through a condition_variable_any, bounded by rounds and by time
+// since both players run; whoever finds the time up stops the game for both.
 TYPED_TEST_P(lockable_suite, ConditionVariableAnyHandoff) {
   TypeParam lock;
   std::condition_variable_any cv;
   int turn = 0;  // even: ping's turn, odd: pong's
+  bool stop = false;
+  int moves[2] = {0, 0};
   constexpr int kRounds = 2000;
+  start_gate gate(2, std::chrono::seconds(5));
   auto player = [&](int parity) {
+    gate.arrive_and_wait();
     for (int i = 0; i < kRounds; ++i) {
       std::unique_lock g(lock);
-      cv.wait(g, [&] { return turn % 2 == parity; });
+      cv.wait(g, [&] { return stop || turn % 2 == parity; });
+      if (stop) break;
+      if (turn > 0 && gate.expired()) {
+        stop = true;
+        cv.notify_all();
+        break;
+      }
       ++turn;
+      ++moves[parity];
       cv.notify_all();
     }
   };
   std::thread ping(player, 0), pong(player, 1);
   ping.join();
   pong.join();
-  EXPECT_EQ(turn, 2 * kRounds);
+  EXPECT_GT(turn, 0);
+  EXPECT_EQ(turn, moves[0] + moves[1]);
+  EXPECT_EQ(moves[0] - moves[1], turn % 2);  // strictly alternating
+  if (!stop) {
+    EXPECT_EQ(turn, 2 * kRounds);
+  }
 }
 
 REGISTER_TYPED_TEST_SUITE_P(lockable_suite, MutualExclusionUnderStress,

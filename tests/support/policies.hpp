@@ -15,6 +15,7 @@
 namespace hotpath::test {
 
 inline std::atomic<unsigned> waiting_threads{0};
+inline std::atomic<unsigned> signals_handled{0};  // by acquisition_order's handler
 
 // Wraps strategy W; the first relax() of each thread counts it in waiting_threads.
 // A lock calls relax() only after the waiter has taken its queue position.
@@ -64,15 +65,21 @@ std::vector<int> acquisition_order(Lock& lock, int waiters, int signalled = -1) 
   if (signalled >= 0 && signalled < static_cast<int>(pool.size())) {
     struct sigaction sa {
     }, old{};
-    sa.sa_handler = [](int) {};
+    sa.sa_handler = [](int) { signals_handled.fetch_add(1, std::memory_order_relaxed); };
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;
     sigaction(SIGUSR1, &sa, &old);
     // Let it fall asleep first (the test does not depend on it: only its chance to
     // catch a waiter that a wake-up sends to the back does).
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const unsigned handled = signals_handled.load(std::memory_order_relaxed);
     pthread_kill(pool[static_cast<std::size_t>(signalled)].native_handle(), SIGUSR1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Restore the old disposition only once the handler has run: on a loaded machine
+    // the waiter may be slow to take the signal, which SIG_DFL would make fatal.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (signals_handled.load(std::memory_order_relaxed) == handled &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     sigaction(SIGUSR1, &old, nullptr);
   }
   lock.unlock();

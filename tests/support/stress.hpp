@@ -14,6 +14,38 @@
 
 namespace hotpath::test {
 
+// A deadline that starts only once every thread of a test is running, so that a
+// loaded machine (threads slow to be scheduled) cannot use up the budget before any
+// work is done. Each of the `threads` participants calls arrive_and_wait(); the last
+// to arrive starts the clock and lets everybody go.
+class start_gate {
+ public:
+  start_gate(unsigned threads, std::chrono::steady_clock::duration budget) noexcept
+      : threads_(threads), budget_(budget) {}
+  start_gate(const start_gate&) = delete;
+  start_gate& operator=(const start_gate&) = delete;
+
+  void arrive_and_wait() noexcept {
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+      deadline_ = std::chrono::steady_clock::now() + budget_;
+      open_.store(true, std::memory_order_release);  // publishes deadline_
+      return;
+    }
+    while (!open_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+  }
+  // Only after arrive_and_wait() has returned.
+  bool expired() const noexcept { return std::chrono::steady_clock::now() > deadline_; }
+  std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }
+
+ private:
+  const unsigned threads_;
+  const std::chrono::steady_clock::duration budget_;
+  std::atomic<unsigned> arrived_{0};
+  std::atomic<bool> open_{false};
+  std::chrono::steady_clock::time_point deadline_{};
+};
+
 struct stress_result {
   std::uint64_t counter = 0;     // incremented non-atomically under the lock
   std::uint64_t total = 0;       // sum of per-thread iteration counts
@@ -21,27 +53,25 @@ struct stress_result {
 };
 
 // `threads` threads each run up to `iters` critical sections, stopping early once
-// `budget` has passed (checked outside the lock), so oversubscribed pure-spin runs
-// stay bounded. The counts must still balance exactly.
+// `budget` has passed since all of them were running (checked outside the lock), so
+// oversubscribed pure-spin runs stay bounded. The counts must still balance exactly.
 template <class Lock>
 stress_result stress_lock(Lock& lock, unsigned threads, std::uint64_t iters,
                           std::chrono::milliseconds budget) {
   std::uint64_t counter = 0;
   int inside = 0;
   std::atomic<std::uint64_t> violations{0};
-  std::atomic<bool> go{false};
   std::vector<std::uint64_t> done(threads, 0);
-  std::chrono::steady_clock::time_point deadline;  // set before `go`, read after it
+  start_gate gate(threads, budget);
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      while (!go.load(std::memory_order_acquire))
-        std::this_thread::yield();
+      gate.arrive_and_wait();
       std::uint64_t i = 0;
       for (; i < iters; ++i) {
         // Every thread gets at least one critical section, however loaded the machine.
-        if (i > 0 && std::chrono::steady_clock::now() > deadline) break;
+        if (i > 0 && gate.expired()) break;
         lock.lock();
         if (++inside != 1) violations.fetch_add(1, std::memory_order_relaxed);
         ++counter;
@@ -51,8 +81,6 @@ stress_result stress_lock(Lock& lock, unsigned threads, std::uint64_t iters,
       done[t] = i;
     });
   }
-  deadline = std::chrono::steady_clock::now() + budget;
-  go.store(true, std::memory_order_release);
   for (auto& th : pool) {
     th.join();
   }

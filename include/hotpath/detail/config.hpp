@@ -22,9 +22,28 @@
 #define HOTPATH_TSAN 0
 #endif
 
+// One copy per process. hotpath keeps process-wide state in function-local statics,
+// inline variables and thread_locals of inline functions and templates (the thread
+// slot registry and node table, the RCU domain and each thread's reader state). In
+// a shared library built with -fvisibility=hidden every library would get its own
+// copy of each, so that a queue tail would name different nodes in two libraries
+// sharing a lock, and a grace period in one would ignore the other's readers. So
+// every hotpath header declares its entities with default visibility, as libstdc++
+// does for namespace std: the dynamic linker then binds them to one definition.
+// Instantiations with a user's policy type take that type's visibility: a policy
+// used across libraries needs default visibility too.
+#if defined(__GNUC__)
+#define HOTPATH_VISIBILITY_BEGIN _Pragma("GCC visibility push(default)")
+#define HOTPATH_VISIBILITY_END _Pragma("GCC visibility pop")
+#else
+#define HOTPATH_VISIBILITY_BEGIN
+#define HOTPATH_VISIBILITY_END
+#endif
+
 // Debug-build precondition checks; compiled out with NDEBUG like assert().
 #define HOTPATH_ASSERT(cond, msg) assert((cond) && (msg))
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 #if defined(__cpp_lib_hardware_interference_size)
@@ -58,3 +77,4 @@ inline void cpu_relax() noexcept {
 
 }  // namespace detail
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #endif
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
 
 inline constexpr unsigned futex_channels = 32;
@@ -102,3 +103,4 @@ inline void unpark_all(A& word) noexcept {
 }
 
 }  // namespace hotpath::detail
+HOTPATH_VISIBILITY_END

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #endif
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
 
 inline bool membarrier_register() noexcept {
@@ -81,3 +82,4 @@ inline void heavy_fence() noexcept {
 }
 
 }  // namespace hotpath::detail
+HOTPATH_VISIBILITY_END

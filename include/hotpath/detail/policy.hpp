@@ -19,6 +19,7 @@
 #include <thread>
 #endif
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
@@ -104,3 +105,4 @@ inline void relax_or_yield(unsigned& n) noexcept {
 }  // namespace detail
 
 }  // namespace hotpath
+HOTPATH_VISIBILITY_END

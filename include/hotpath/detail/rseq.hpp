@@ -79,6 +79,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 #define HOTPATH_HAVE_RSEQ_AREA 0
 #endif
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
 
 #if HOTPATH_HAVE_RSEQ_AREA
@@ -253,3 +254,4 @@ unavailable:
 #endif  // HOTPATH_RSEQ
 
 }  // namespace hotpath::detail
+HOTPATH_VISIBILITY_END

@@ -9,19 +9,24 @@
 // whose destructor runs at thread exit); the next thread reuses it, so slot numbers
 // stay dense and per-slot tables stay small. Handing slots out takes a mutex: it
 // happens once per thread, never on a lock's fast path. Because of that mutex (and
-// the allocations beside it: the exit hook, a slot_table chunk), a thread's first
-// this_thread_slot() must not run in a signal handler (it could interrupt the same
-// thread inside the mutex); take the slot outside one first. Out of memory, take()
-// refuses (no_slot) and give_back() leaks the slot; neither terminates.
+// the allocations beside it: the exit hook), a thread's first this_thread_slot()
+// must not run in a signal handler (it could interrupt the same thread inside the
+// mutex); a user of the slots offers a preparation call that takes the slot and
+// creates the thread's blocks (queued_lock::prepare_thread()). Out of memory, take()
+// refuses (no_slot), give_back() leaks the slot and slot_table::find_or_create()
+// returns nullptr; none of them throws or terminates.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "hotpath/detail/config.hpp"
+#include "hotpath/detail/fork.hpp"
 
+HOTPATH_VISIBILITY_BEGIN
 namespace hotpath::detail {
 
 class thread_slot_registry {
@@ -32,7 +37,7 @@ class thread_slot_registry {
   // Never destroyed: a thread (a detached one, say) may exit, and give its slot
   // back, during or after exit()'s static destructors.
   static thread_slot_registry& instance() noexcept {
-    static thread_slot_registry& r = *new thread_slot_registry;
+    static thread_slot_registry& r = make();
     return r;
   }
 
@@ -77,6 +82,32 @@ class thread_slot_registry {
       if (s != 0) instance().give_back(s - 1);
     }
   };
+
+  static thread_slot_registry& make() noexcept {
+    auto* r = new thread_slot_registry;
+    at_fork(&prepare_fork, &parent_after_fork, &child_after_fork);
+    return *r;
+  }
+
+  // fork(): no thread may be inside mu_ at the fork (prepare takes it); in the child
+  // the forking thread is the only one alive, so every other slot is free again.
+  static void prepare_fork() noexcept { instance().mu_.lock(); }
+  static void parent_after_fork() noexcept { instance().mu_.unlock(); }
+  static void child_after_fork() noexcept {
+    thread_slot_registry& r = instance();
+    const std::uint32_t mine = local_state().slot_plus_1;  // 0: none
+    const std::uint32_t high = r.high_water_.load(std::memory_order_relaxed);
+    try {
+      r.free_.reserve(high);  // may throw: then nothing changes (slots stay taken)
+      r.free_.clear();
+      for (std::uint32_t s = high; s-- > 0;) {  // lowest numbers reused first
+        if (s + 1 != mine) r.free_.push_back(s);
+      }
+      r.live_.store(mine != 0 ? 1 : 0, std::memory_order_relaxed);
+    } catch (...) {
+    }
+    r.mu_.unlock();
+  }
 
   std::uint32_t take(local& l) noexcept {
     if (live_.load(std::memory_order_relaxed) >= limit()) {
@@ -132,7 +163,9 @@ class thread_slot_registry {
 
 // Per-slot storage of `Block`s for the slots handed out so far: chunks allocated on
 // first use and never freed (a slot's next owner reuses its block), so a pointer
-// into it stays valid for the life of the process. Lookup is two loads.
+// into it stays valid for the life of the process. Lookup is two loads. Creating a
+// chunk takes no lock (a CAS publishes it), so a thread whose block exists never
+// allocates or blocks here again, in a signal handler or anywhere.
 template <class Block>
 class slot_table {
   static constexpr std::uint32_t chunk_size = 64;
@@ -140,21 +173,24 @@ class slot_table {
       (thread_slot_registry::max_slots + chunk_size) / chunk_size;
 
  public:
-  // The block of slot `s`, allocating its chunk if needed (by the slot's owner).
-  static Block& get_or_create(std::uint32_t s) {
+  // The block of slot `s`, allocating its chunk if needed; nullptr if out of memory.
+  static Block* find_or_create(std::uint32_t s) noexcept {
     std::atomic<Block*>& c = table_[s / chunk_size];
-    // Acquire pairs with the release store below: the chunk's blocks are constructed.
+    // Acquire pairs with the release CAS below: the chunk's blocks are constructed.
     Block* chunk = c.load(std::memory_order_acquire);
-    if (chunk == nullptr) {
-      static std::mutex mu;
-      std::lock_guard g(mu);
-      chunk = c.load(std::memory_order_relaxed);
-      if (chunk == nullptr) {
-        chunk = new Block[chunk_size];
-        c.store(chunk, std::memory_order_release);
+    if (chunk == nullptr) [[unlikely]] {
+      Block* fresh = new (std::nothrow) Block[chunk_size];
+      if (fresh == nullptr) return nullptr;
+      // Release publishes the constructed blocks; acquire on failure pairs with the
+      // winner's release.
+      if (c.compare_exchange_strong(chunk, fresh, std::memory_order_release,
+                                    std::memory_order_acquire)) {
+        chunk = fresh;
+      } else {
+        delete[] fresh;  // another slot of the chunk got there first
       }
     }
-    return chunk[s % chunk_size];
+    return &chunk[s % chunk_size];
   }
   // The block of a slot that another thread has already created and published.
   static Block& get(std::uint32_t s) noexcept {
@@ -166,3 +202,4 @@ class slot_table {
 };
 
 }  // namespace hotpath::detail
+HOTPATH_VISIBILITY_END

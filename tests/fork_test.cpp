@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// fork() in a multithreaded program (detail/fork.hpp): at the fork another thread
+// sits in an RCU read-side section, another holds the RCU reclaim mutex (inside a
+// deleter), and others take and return thread slots. The child, where only the
+// forking thread lives on, must still complete grace periods, reclaim, and take
+// slots and locks. Each child reports through its exit status; the parent waits a
+// bounded time and fails (killing the child) rather than hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "hotpath/queued_lock.hpp"
+#include "hotpath/rcu.hpp"
+
+namespace hotpath::test {
+namespace {
+
+using namespace std::chrono_literals;
+using registry = detail::thread_slot_registry;
+
+// What the child checks; its exit status is the number of the first failed step.
+int child_checks() {
+  rcu_synchronize();  // a reader in a gone thread must not hold it up
+  static std::atomic<int> reclaimed{0};
+  struct counted {
+    ~counted() { reclaimed.fetch_add(1, std::memory_order_relaxed); }
+  };
+  rcu_retire(new counted);
+  rcu_barrier();  // the reclaim mutex must be free
+  if (reclaimed.load() != 1) return 2;
+  { std::scoped_lock r(rcu_default_domain()); }
+  rcu_synchronize();
+  if (!queued_lock::prepare_thread()) return 3;  // the slot registry's mutex is free
+  // Only this thread is alive here: every other slot was given back.
+  if (registry::instance().live() != 1) return 4;
+  queued_lock lock;
+  lock.lock();
+  if (lock.try_lock()) return 5;
+  lock.unlock();
+  if (!lock.try_lock()) return 6;
+  lock.unlock();
+  return 0;
+}
+
+// Forks; the child runs child_checks(). Returns the child's exit status, or -1 if
+// it did not exit within 60 s (it is then killed) or died of a signal.
+int fork_and_check() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(child_checks());
+  if (pid < 0) return -2;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 || std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Fork, ChildCompletesGracePeriodsAndLocks) {
+  std::atomic<bool> reader_inside{false}, release{false}, in_deleter{false}, stop{false};
+  // A reader that stays inside its section until released. It enters once the
+  // deleter runs, i.e. after the reclaimer's grace period (which would wait for it).
+  std::thread reader([&] {
+    (void)queued_lock::prepare_thread();  // holds a slot too
+    while (!in_deleter.load(std::memory_order_acquire))
+      std::this_thread::sleep_for(100us);
+    std::scoped_lock r(rcu_default_domain());
+    reader_inside.store(true, std::memory_order_release);
+    while (!release.load(std::memory_order_acquire))
+      std::this_thread::sleep_for(100us);
+  });
+  // A reclaimer inside a slow deleter, i.e. holding the reclaim mutex.
+  struct slow {
+    std::atomic<bool>* flag;
+    ~slow() {
+      flag->store(true, std::memory_order_release);
+      std::this_thread::sleep_for(300ms);
+    }
+  };
+  std::thread reclaimer([&] {
+    (void)queued_lock::prepare_thread();
+    rcu_retire(new slow{&in_deleter});
+    rcu_barrier();
+  });
+  // Threads that come and go: each takes a slot (the registry's mutex) and gives it back.
+  std::thread churn([&] {
+    while (!stop.load(std::memory_order_relaxed))
+      std::thread([] { (void)queued_lock::prepare_thread(); }).join();
+  });
+  while (!in_deleter.load(std::memory_order_acquire) ||
+         !reader_inside.load(std::memory_order_acquire))
+    std::this_thread::sleep_for(100us);
+  EXPECT_EQ(fork_and_check(), 0) << "in the deleter's window";
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(fork_and_check(), 0) << "fork " << i;
+  stop.store(true);
+  release.store(true, std::memory_order_release);
+  churn.join();
+  reader.join();
+  reclaimer.join();
+}
+
+// The forking thread itself is inside a section: the child keeps that section (it
+// ends it itself) and then completes grace periods.
+TEST(Fork, ForkFromInsideAReadSection) {
+  rcu_default_domain().lock();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!rcu_domain::in_read_section()) _exit(10);
+    rcu_default_domain().unlock();
+    _exit(child_checks());
+  }
+  rcu_default_domain().unlock();
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  pid_t r;
+  while ((r = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  if (r != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "child hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace hotpath::test
