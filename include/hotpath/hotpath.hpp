@@ -2,6 +2,8 @@
 // All of hotpath.
 #pragma once
 
+#include "hotpath/bucket_table.hpp"
+#include "hotpath/keyed_hash.hpp"
 #include "hotpath/mcs_lock.hpp"
 #include "hotpath/percpu.hpp"
 #include "hotpath/percpu_counter.hpp"

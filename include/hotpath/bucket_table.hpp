@@ -1,0 +1,580 @@
+// SPDX-License-Identifier: MIT
+// bucket_table: a hash table of short-lived keyed state (reassembly queues,
+// connection trackers, handshakes) found by many threads at once, bounded in memory,
+// and built to survive floods of keys that never complete.
+//
+//   - one lock per bucket (queued_lock by default) and chained nodes, one per entry;
+//     no global lock or list on any path; a lookup of an absent key allocates nothing
+//   - every entry carries a charge in bytes (the kernel's truesize), kept in a
+//     percpu_counter and checked with compare() against the budget, so charging
+//     touches no shared line until the table is near its budget
+//   - a deadline in the caller's clock (any int64: ns of capture time replays
+//     offline); expired entries go lazily when their bucket is visited, and sweep()
+//     walks a bounded number of buckets per call
+//   - over budget, a charge evicts instead of refusing: it samples a few random
+//     buckets and removes what has expired there, else the least recently touched
+//     entry seen (approximate LRU, O(1) buckets per charge, no global list)
+//
+// Example (a reassembly table; times are capture times in ns):
+//
+//   struct queue { std::vector<fragment> frags; };
+//   hotpath::bucket_table_options o;
+//   o.budget = 4 << 20;                    // bytes, like ipfrag_high_thresh
+//   o.ttl = 30'000'000'000;                // a new entry's deadline is now + ttl
+//   hotpath::bucket_table<flow_key, queue> t(o, {.on_expire = [&](auto&) { ++timeouts; }});
+//
+//   auto r = t.find_or_create(key, now, [&](auto& e) {
+//     if (!e.charge(frag.truesize)) return status::refused;  // budget, even after evicting
+//     e.value().frags.push_back(std::move(frag));
+//     if (complete(e.value())) { deliver(e.value()); e.erase(); return status::done; }
+//     return status::queued;
+//   });
+//   if (!r) ...  // no room for a new entry: counted, fragment dropped
+//   t.sweep(now, 64);                      // now and then, from any thread
+//
+// Visiting. find_or_create(key, now, f, args...) finds the entry for key (creating
+// it from args... if absent or expired) and calls f(entry&) under the bucket lock;
+// visit(key, now, f) does the same only if the key is present and not expired. Both
+// return what f returns, wrapped in std::optional (bool when f returns void): empty
+// when f was not called (absent key for visit; no room for a new entry for
+// find_or_create). Each call touches the entry (last_used = now). f must not call
+// into the same table (the bucket lock is held; it is not recursive).
+//
+// The entry handle: key(), value(), created() (this call made it), charge(delta)
+// (add delta bytes to the entry's charge; a positive delta that the budget cannot
+// take even after evicting returns false and charges nothing), charged(),
+// deadline() / set_deadline(t), last_used() / touch(t), erase() (the entry is
+// unlinked when f returns and destroyed after the bucket lock is released).
+//
+// Events. on_expire and on_evict are called once for every entry that expires (lazy
+// or in sweep) or is evicted, with no table lock held, before the entry is destroyed;
+// they may read and move from the entry (they get an entry_view). Entries removed
+// by erase(), clear() or the destructor raise no event.
+//
+// Eviction policy and guarantee. A positive charge first reserves its delta; if
+// compare() then finds the total over the budget, it backs the delta out and evicts:
+// it samples random non-empty buckets (eviction_samples of them, skipping those
+// whose lock is busy: try_lock only, since it may hold the lock of the bucket it is
+// visiting), removes every expired entry it sees there, and if that was not enough,
+// the least recently touched entry among those it saw, then tries again (at most
+// eviction_attempts times). It never evicts the entry being visited. So an
+// insertion never fails while sampled buckets hold entries, stale entries (expired,
+// or old) go before fresh ones, and no flood of new keys locks out live traffic:
+// under a flood, the victim is the oldest of about k = eviction_samples random
+// buckets' entries. A live entry last touched at time t is evicted only if every
+// sampled bucket holds nothing older: if a fraction q of the occupied buckets hold
+// only entries touched after t, one eviction removes an entry touched after t with
+// probability at most q^k (with k = 8: 0.4% for q = 1/2, 43% for q = 0.9). To evict
+// live entries reliably, an attacker must keep nearly the whole budget fresher than
+// they are, that is, refresh about the whole budget within the lifetime of a live
+// entry (a few ms for a datagram's fragments); a flood of entries that are created
+// and then left alone evicts only its own oldest.
+//
+// Budget bound. Every positive charge that succeeds saw, with its own delta already
+// added, compare(budget) <= 0, and compare() is exact near the budget (it falls
+// back to sum()). So the charged total never exceeds the budget except by what a
+// compare() can miss: the unfolded delta (< charge_batch) of a thread folding at the
+// same instant, per such thread. Reservations in flight can lift the counter above
+// the budget for an instant; they are backed out. With one thread, charged() <=
+// budget always. Concurrent chargers near the budget may both back out and evict
+// (never both keep). The tests check charged() <= budget + threads * charge_batch
+// after a concurrent flood.
+//
+// Cost: find_or_create of a present key is a hash (SipHash-1-3, ~7.5 ns), the bucket
+// lock (one CAS, one store) and a short chain walk. The chain is not RCU-protected:
+// every access takes the bucket lock, as the kernel's reassembly queue lock is taken
+// for every fragment anyway.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "hotpath/detail/config.hpp"
+#include "hotpath/keyed_hash.hpp"
+#include "hotpath/percpu.hpp"
+#include "hotpath/percpu_counter.hpp"
+#include "hotpath/queued_lock.hpp"
+
+namespace hotpath {
+
+struct bucket_table_options {
+  // Fixed for the table's life, rounded up to a power of two.
+  std::size_t buckets = 1024;
+  // The high threshold in bytes: charged() stays at or below it (header comment).
+  std::int64_t budget = std::int64_t{4} << 20;
+  // A new entry's deadline is now + ttl (saturating); the default never expires.
+  std::int64_t ttl = std::numeric_limits<std::int64_t>::max();
+  // Non-empty buckets inspected per eviction (k of the guarantee).
+  unsigned eviction_samples = 8;
+  // Evictions a charge may make before it gives up and refuses.
+  unsigned eviction_attempts = 4;
+  // Charged when an entry is created; -1: the size of its node (key, value, links).
+  std::int64_t entry_charge = -1;
+  // percpu_counter batch; 0: budget / (32 x cpus), at least 64.
+  std::int64_t charge_batch = 0;
+};
+
+namespace detail {
+inline std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    return b > 0 ? std::numeric_limits<std::int64_t>::max()
+                 : std::numeric_limits<std::int64_t>::min();
+  return r;
+}
+// A per-thread splitmix64 stream for eviction sampling.
+inline std::uint64_t sample_random() noexcept {
+  thread_local std::uint64_t state =
+      reinterpret_cast<std::uintptr_t>(&state) * 0x9e3779b97f4a7c15ull ^
+      static_cast<std::uint64_t>(std::hash<const void*>{}(&state));
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+template <class R>
+using visit_result_t = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
+}  // namespace detail
+
+template <class Key, class T, class Hash = keyed_hash<Key>, class Lock = queued_lock>
+class bucket_table {
+  struct node {
+    template <class... Args>
+    node(const Key& k, std::uint64_t h, Args&&... args)
+        : hash(h), key(k), value(std::forward<Args>(args)...) {}
+    node* next = nullptr;
+    std::uint64_t hash;
+    std::int64_t deadline = 0;
+    std::int64_t last_used = 0;
+    std::int64_t charged = 0;
+    Key key;
+    T value;
+  };
+  struct bucket {
+    Lock lock;
+    // Written only under lock; read without it only as a hint (is it empty?).
+    std::atomic<node*> head{nullptr};
+  };
+  // Nodes unlinked under a bucket lock; their events are raised and they are
+  // destroyed once no lock is held (finish()).
+  struct reclaim_lists {
+    node* expired = nullptr;
+    node* evicted = nullptr;
+    node* erased = nullptr;
+    static void push(node*& list, node* n) noexcept {
+      n->next = list;
+      list = n;
+    }
+  };
+
+ public:
+  using key_type = Key;
+  using mapped_type = T;
+  using hasher = Hash;
+  using lock_type = Lock;
+
+  // What events and for_each() see of an entry.
+  class entry_view {
+   public:
+    const Key& key() const noexcept { return n_->key; }
+    T& value() noexcept { return n_->value; }
+    const T& value() const noexcept { return n_->value; }
+    std::int64_t charged() const noexcept { return n_->charged; }
+    std::int64_t deadline() const noexcept { return n_->deadline; }
+    std::int64_t last_used() const noexcept { return n_->last_used; }
+
+   protected:
+    friend class bucket_table;
+    explicit entry_view(node* n) noexcept : n_(n) {}
+    node* n_;
+  };
+
+  // The handle a visitor gets, valid only during the visit.
+  class entry : public entry_view {
+   public:
+    bool created() const noexcept { return created_; }
+    // The `now` of this call.
+    std::int64_t now() const noexcept { return now_; }
+    // Adds delta bytes to this entry's charge. A positive delta the budget cannot
+    // take, even after evicting other entries, is refused: returns false and
+    // charges nothing. A delta <= 0 always succeeds.
+    bool charge(std::int64_t delta) noexcept {
+      if (!t_->try_charge(delta, b_, this->n_, now_, *rl_)) return false;
+      this->n_->charged += delta;
+      return true;
+    }
+    void set_deadline(std::int64_t t) noexcept { this->n_->deadline = t; }
+    void touch(std::int64_t t) noexcept { this->n_->last_used = t; }
+    // Unlinks the entry when the visitor returns; destroyed after the lock is released.
+    void erase() noexcept { erase_ = true; }
+    bool erased() const noexcept { return erase_; }
+
+   private:
+    friend class bucket_table;
+    entry(bucket_table* t, bucket* b, node* n, std::int64_t now, bool created,
+          reclaim_lists* rl) noexcept
+        : entry_view(n), t_(t), b_(b), rl_(rl), now_(now), created_(created) {}
+    bucket_table* t_;
+    bucket* b_;
+    reclaim_lists* rl_;
+    std::int64_t now_;
+    bool created_;
+    bool erase_ = false;
+  };
+
+  using callback = std::function<void(entry_view&)>;
+  struct events {
+    callback on_expire;  // deadline reached: lazily on lookup, or in sweep()
+    callback on_evict;   // removed to make room under the budget
+  };
+
+  explicit bucket_table(const bucket_table_options& opt = {}, events ev = {}, Hash hash = Hash())
+      : opt_(opt),
+        events_(std::move(ev)),
+        hash_(std::move(hash)),
+        mask_(std::bit_ceil(opt.buckets < 1 ? std::size_t{1} : opt.buckets) - 1),
+        buckets_(new bucket[mask_ + 1]) {
+    if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
+    if (opt_.eviction_samples < 1) opt_.eviction_samples = 1;
+    std::int64_t batch = opt_.charge_batch;
+    if (batch <= 0)
+      batch = std::max<std::int64_t>(
+          64, opt_.budget / (32 * static_cast<std::int64_t>(possible_cpus())));
+    opt_.charge_batch = batch;
+    mem_.set_batch(batch);
+  }
+  bucket_table(const bucket_table&) = delete;
+  bucket_table& operator=(const bucket_table&) = delete;
+  ~bucket_table() { clear(); }
+
+  // Finds key's entry, or creates it from args... (absent, or expired: the expired
+  // one raises on_expire), charging entry_charge; then calls f(entry&) under the
+  // bucket lock. Empty result: no room for a new entry (f not called).
+  template <class F, class... Args>
+  auto find_or_create(const Key& key, std::int64_t now, F&& f, Args&&... args)
+      -> detail::visit_result_t<std::invoke_result_t<F&, entry&>> {
+    return access<true>(key, now, f, std::forward<Args>(args)...);
+  }
+
+  // Calls f(entry&) under the bucket lock if key is present and not expired.
+  template <class F>
+  auto visit(const Key& key, std::int64_t now, F&& f)
+      -> detail::visit_result_t<std::invoke_result_t<F&, entry&>> {
+    return access<false>(key, now, f);
+  }
+
+  // Removes key's entry (expired or not) without an event. True if it was there.
+  bool erase(const Key& key) {
+    const std::uint64_t h = hash_(key);
+    bucket& b = bucket_for(h);
+    node* victim = nullptr;
+    {
+      std::scoped_lock g(b.lock);
+      for (node *prev = nullptr, *n = b.head.load(std::memory_order_relaxed); n;
+           prev = n, n = n->next) {
+        if (n->hash == h && n->key == key) {
+          unlink(b, prev, n);
+          victim = n;
+          break;
+        }
+      }
+    }
+    if (!victim) return false;
+    destroy(victim);
+    return true;
+  }
+
+  // Expires what is due in the next max_buckets buckets (a cursor shared by all
+  // callers walks the table round). Returns the number of entries expired.
+  std::size_t sweep(std::int64_t now, std::size_t max_buckets) {
+    // Relaxed: the cursor only spreads sweepers over the table.
+    const std::size_t start = cursor_.fetch_add(max_buckets, std::memory_order_relaxed);
+    std::size_t expired = 0;
+    for (std::size_t i = 0; i < max_buckets && i <= mask_; ++i) {
+      bucket& b = buckets_[(start + i) & mask_];
+      if (!b.head.load(std::memory_order_relaxed)) continue;
+      reclaim_lists rl;
+      {
+        std::scoped_lock g(b.lock);
+        expire_chain(b, now, nullptr, rl);
+      }
+      expired += finish(rl);
+    }
+    return expired;
+  }
+
+  // Calls f(entry_view&) for every entry, one bucket at a time under its lock (not a
+  // snapshot). f must not call into the table.
+  template <class F>
+  void for_each(F&& f) {
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      bucket& b = buckets_[i];
+      std::scoped_lock g(b.lock);
+      for (node* n = b.head.load(std::memory_order_relaxed); n; n = n->next) {
+        entry_view v(n);
+        f(v);
+      }
+    }
+  }
+
+  // Removes every entry without events.
+  void clear() {
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      bucket& b = buckets_[i];
+      node* n = nullptr;
+      {
+        std::scoped_lock g(b.lock);
+        n = b.head.exchange(nullptr, std::memory_order_relaxed);
+      }
+      while (n) {
+        node* next = n->next;
+        destroy(n);
+        n = next;
+      }
+    }
+  }
+
+  // Bytes charged by live entries: exact when no charge is in progress.
+  std::int64_t charged() const noexcept { return mem_.sum(); }
+  // Live entries: exact when no insert or removal is in progress.
+  std::int64_t size() const noexcept { return count_.sum(); }
+  std::int64_t budget() const noexcept { return opt_.budget; }
+  std::size_t bucket_count() const noexcept { return mask_ + 1; }
+  const bucket_table_options& options() const noexcept { return opt_; }
+  const Hash& hash_function() const noexcept { return hash_; }
+  // Which bucket a key lands in (tests of the hash's spread).
+  std::size_t bucket_index(const Key& key) const noexcept {
+    return static_cast<std::size_t>(hash_(key)) & mask_;
+  }
+
+ private:
+  bucket& bucket_for(std::uint64_t h) noexcept {
+    return buckets_[static_cast<std::size_t>(h) & mask_];
+  }
+
+  // Holding b's lock.
+  static void unlink(bucket& b, node* prev, node* n) noexcept {
+    if (prev)
+      prev->next = n->next;
+    else
+      b.head.store(n->next, std::memory_order_relaxed);  // under the lock; peeks are hints
+  }
+
+  // Holding b's lock: unlinks every entry whose deadline has come (except keep),
+  // uncharges it and puts it on rl.
+  void expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl) noexcept {
+    node* prev = nullptr;
+    for (node* n = b.head.load(std::memory_order_relaxed); n;) {
+      node* next = n->next;
+      if (n != keep && n->deadline <= now) {
+        unlink(b, prev, n);
+        uncharge(n);
+        reclaim_lists::push(rl.expired, n);
+      } else {
+        prev = n;
+      }
+      n = next;
+    }
+  }
+
+  void uncharge(node* n) noexcept {
+    mem_.add(-n->charged);
+    count_.dec();
+  }
+
+  // Raises the events of the nodes on rl and destroys them; returns how many expired.
+  std::size_t finish(reclaim_lists& rl) {
+    std::size_t expired = 0;
+    auto drain = [](node*& list, const callback* cb) {
+      std::size_t k = 0;
+      while (node* n = list) {
+        list = n->next;
+        if (cb && *cb) {
+          entry_view v(n);
+          (*cb)(v);
+        }
+        delete n;
+        ++k;
+      }
+      return k;
+    };
+    expired = drain(rl.expired, &events_.on_expire);
+    drain(rl.evicted, &events_.on_evict);
+    drain(rl.erased, nullptr);
+    return expired;
+  }
+
+  // Lists are drained even if a visitor throws.
+  struct finisher {
+    bucket_table* t;
+    reclaim_lists rl;
+    ~finisher() { t->finish(rl); }
+  };
+
+  void destroy(node* n) noexcept {
+    uncharge(n);
+    delete n;
+  }
+
+  // Reserves delta; over budget, evicts (at most eviction_attempts times) and
+  // tries again. Holding held's lock (may be null); never evicts protect.
+  bool try_charge(std::int64_t delta, bucket* held, node* protect, std::int64_t now,
+                  reclaim_lists& rl) noexcept {
+    if (delta <= 0) {
+      mem_.add(delta);
+      return true;
+    }
+    for (unsigned attempt = 0;; ++attempt) {
+      // Reserve first, then check: two racing chargers can both back out, never both keep.
+      mem_.add(delta);
+      if (mem_.compare(opt_.budget) <= 0) return true;
+      mem_.add(-delta);
+      if (attempt == opt_.eviction_attempts) return false;
+      evict(held, protect, now, rl);
+    }
+  }
+
+  // One eviction round (header comment): samples non-empty buckets, expires what is
+  // due there and, if nothing was, evicts the least recently touched entry seen.
+  // Holds at most three bucket locks (held, the best so far, the one scanned); all
+  // but held are taken with try_lock, so it cannot deadlock.
+  void evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl) noexcept {
+    const unsigned want = opt_.eviction_samples;
+    const unsigned max_probes = 8 * want;
+    bucket* best_b = nullptr;
+    node* best = nullptr;
+    bool freed = false;
+    unsigned seen = 0;
+    for (unsigned probe = 0; probe < max_probes && seen < want; ++probe) {
+      bucket& b = buckets_[static_cast<std::size_t>(detail::sample_random()) & mask_];
+      if (&b == best_b) continue;
+      // A hint: an empty bucket is not worth its lock.
+      if (!b.head.load(std::memory_order_relaxed)) continue;
+      const bool own = &b == held;
+      if (!own && !b.lock.try_lock()) continue;  // busy: being visited, so fresh
+      ++seen;
+      node* before = rl.expired;
+      expire_chain(b, now, protect, rl);
+      freed |= rl.expired != before;
+      node* oldest = nullptr;
+      for (node* n = b.head.load(std::memory_order_relaxed); n; n = n->next)
+        if (n != protect && (!oldest || n->last_used < oldest->last_used)) oldest = n;
+      if (oldest && (!best || oldest->last_used < best->last_used)) {
+        if (best_b && best_b != held) best_b->lock.unlock();
+        best_b = &b;
+        best = oldest;
+      } else if (!own) {
+        b.lock.unlock();
+      }
+    }
+    if (best && !freed) {
+      node* prev = nullptr;
+      for (node* n = best_b->head.load(std::memory_order_relaxed); n != best; n = n->next)
+        prev = n;
+      unlink(*best_b, prev, best);
+      uncharge(best);
+      reclaim_lists::push(rl.evicted, best);
+    }
+    if (best_b && best_b != held) best_b->lock.unlock();
+  }
+
+  template <bool Create, class F, class... Args>
+  auto access(const Key& key, std::int64_t now, F& f, Args&&... args)
+      -> detail::visit_result_t<std::invoke_result_t<F&, entry&>> {
+    using R = std::invoke_result_t<F&, entry&>;
+    using result = detail::visit_result_t<R>;
+    static_assert(!std::is_reference_v<R>, "bucket_table: a visitor must not return a reference");
+    const std::uint64_t h = hash_(key);
+    bucket& b = bucket_for(h);
+    finisher fin{this, {}};  // destroyed last: events run with no lock held
+    std::unique_lock g(b.lock);
+    // Look up, expiring what is due on the way.
+    node* found = nullptr;
+    node* prev = nullptr;
+    for (node* n = b.head.load(std::memory_order_relaxed); n;) {
+      node* next = n->next;
+      if (n->deadline <= now) {
+        unlink(b, prev, n);
+        uncharge(n);
+        reclaim_lists::push(fin.rl.expired, n);
+      } else if (n->hash == h && n->key == key) {
+        found = n;
+        break;
+      } else {
+        prev = n;
+      }
+      n = next;
+    }
+    bool created = false;
+    if (!found) {
+      if constexpr (!Create) {
+        return result{};
+      } else {
+        if (!try_charge(opt_.entry_charge, &b, nullptr, now, fin.rl)) return result{};
+        try {
+          found = new node(key, h, std::forward<Args>(args)...);
+        } catch (...) {
+          mem_.add(-opt_.entry_charge);
+          throw;
+        }
+        found->charged = opt_.entry_charge;
+        found->deadline = detail::saturating_add(now, opt_.ttl);
+        found->next = b.head.load(std::memory_order_relaxed);
+        b.head.store(found, std::memory_order_relaxed);  // under the lock
+        count_.inc();
+        created = true;
+      }
+    }
+    found->last_used = now;
+    entry e(this, &b, found, now, created, &fin.rl);
+    struct unlinker {  // runs after f, also if f throws
+      bucket_table* t;
+      bucket& b;
+      entry& e;
+      reclaim_lists& rl;
+      ~unlinker() {
+        if (!e.erase_) return;
+        node* prev = nullptr;
+        for (node* n = b.head.load(std::memory_order_relaxed); n != e.n_; n = n->next)
+          prev = n;
+        bucket_table::unlink(b, prev, e.n_);
+        t->uncharge(e.n_);
+        reclaim_lists::push(rl.erased, e.n_);
+      }
+    };
+    if constexpr (std::is_void_v<R>) {
+      {
+        unlinker u{this, b, e, fin.rl};
+        f(e);
+      }
+      return true;
+    } else {
+      std::optional<R> r;
+      {
+        unlinker u{this, b, e, fin.rl};
+        r.emplace(f(e));
+      }
+      return r;
+    }
+  }
+
+  bucket_table_options opt_;
+  events events_;
+  Hash hash_;
+  std::size_t mask_;
+  std::unique_ptr<bucket[]> buckets_;
+  percpu_counter<std::int64_t> mem_;
+  percpu_counter<std::int64_t> count_;
+  alignas(cache_line_size) std::atomic<std::size_t> cursor_{0};
+};
+
+}  // namespace hotpath
