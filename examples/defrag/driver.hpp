@@ -17,6 +17,8 @@
 // differ from run to run, so only the multiset of datagrams is reproducible.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -60,11 +62,15 @@ struct delivered {
 
 struct run_result {
   std::vector<std::uint8_t> bytes;
-  std::vector<delivered> out;         // first pass, ordered by completed_by
-  stats first;                        // first pass, after the end-of-capture expiry
-  std::int64_t pending_at_end = 0;    // datagrams still incomplete when the capture ended
-  std::vector<std::int64_t> pass_ns;  // wall time of every pass, the first one included
-  double ns_per_fragment = -1;        // median repeat pass / fragments in; -1 without --repeat
+  std::vector<delivered> out;             // first pass, ordered by completed_by
+  stats first;                            // first pass, after the end-of-capture expiry
+  std::int64_t pending_at_end = 0;        // datagrams still incomplete when the capture ended
+  std::vector<std::int64_t> pass_ns;      // wall time of every pass, the first one included
+  std::vector<std::int64_t> pass_cpu_ns;  // CPU time of the workers, summed, every pass
+  double ns_per_fragment = -1;  // median repeat pass (wall) / fragments in; -1 without repeat
+  // The same from the workers' CPU time: what the work costs when other processes share
+  // the cores (wall time then includes waiting for a core).
+  double cpu_ns_per_fragment = -1;
 
   std::span<const std::uint8_t> datagram(const delivered& d) const {
     return {bytes.data() + d.offset, d.length};
@@ -130,12 +136,19 @@ inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c,
 namespace detail {
 
 inline constexpr std::size_t done = std::numeric_limits<std::size_t>::max();
+
+inline std::int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
 inline constexpr std::int64_t tick_ns = 1'000'000;       // expiry runs at most once a tick
 inline constexpr std::int64_t sweep_ns = 1'000'000'000;  // every bucket once a second
 
 struct alignas(64) worker_slot {
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
   std::int64_t end_ns = 0;
+  std::int64_t cpu_ns = 0;
   std::int64_t delivered_count = 0;
   std::vector<std::uint8_t> bytes;
   std::vector<delivered> out;
@@ -213,7 +226,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   slot.position.store(done, std::memory_order_relaxed);
 }
 
-// One pass on a fresh engine; returns its wall time (ns) and leaves results in `slots`.
+// One pass on a fresh engine; returns its wall time (ns) and leaves results (and each
+// worker's CPU time) in `slots`.
 inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
                          const std::vector<std::vector<std::uint32_t>>& lists, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
@@ -229,11 +243,13 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
     threads.emplace_back([&, w] {
       ready.count_down();
       go.wait();
+      std::int64_t cpu = thread_cpu_ns();
       if (keep)
         work<true>(s, w, lists[w]);
       else
         work<false>(s, w, lists[w]);
       slots[w].end_ns = clock::now().time_since_epoch().count();
+      slots[w].cpu_ns = thread_cpu_ns() - cpu;
     });
   }
   ready.wait();
@@ -245,6 +261,18 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
   for (auto& sl : slots)
     end = std::max(end, sl.end_ns);
   return end - start;
+}
+
+inline std::int64_t cpu_sum(const std::vector<worker_slot>& slots) {
+  std::int64_t t = 0;
+  for (const auto& sl : slots)
+    t += sl.cpu_ns;
+  return t;
+}
+
+inline double median(std::vector<std::int64_t> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return static_cast<double>(v[v.size() / 2]);
 }
 
 // Expires whatever is left once the capture has ended (as the host's timers would).
@@ -268,6 +296,7 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     auto eng = std::make_unique<engine>(o.cfg);
     std::vector<detail::worker_slot> slots(workers);
     res.pass_ns.push_back(detail::pass(*eng, cap, lists, o, true, slots));
+    res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     res.pending_at_end = detail::expire_all(*eng, cap);
     res.first = eng->snapshot();
     // Merge the workers' outputs by completing packet.
@@ -284,26 +313,26 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
                        sl->bytes.begin() + static_cast<std::ptrdiff_t>(d->offset + d->length));
     }
   }
-  std::vector<std::int64_t> timed;
+  std::vector<std::int64_t> timed, timed_cpu;
   auto started = std::chrono::steady_clock::now();
   for (unsigned p = 0; p < o.repeat; ++p) {
     auto eng = std::make_unique<engine>(o.cfg);
     std::vector<detail::worker_slot> slots(workers);
     std::int64_t ns = detail::pass(*eng, cap, lists, o, false, slots);
     res.pass_ns.push_back(ns);
+    res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     timed.push_back(ns);
+    timed_cpu.push_back(res.pass_cpu_ns.back());
     if (o.progress && std::chrono::steady_clock::now() - started > std::chrono::seconds(2)) {
       std::int64_t frags = res.first[counter::fragments_in];
       o.progress("pass " + std::to_string(p + 1) + "/" + std::to_string(o.repeat) + ": " +
                  std::to_string(frags ? ns / frags : 0) + " ns per fragment");
     }
   }
-  if (!timed.empty()) {
-    std::nth_element(timed.begin(), timed.begin() + static_cast<std::ptrdiff_t>(timed.size() / 2),
-                     timed.end());
-    std::int64_t median = timed[timed.size() / 2];
-    std::int64_t frags = res.first[counter::fragments_in];
-    res.ns_per_fragment = frags ? static_cast<double>(median) / static_cast<double>(frags) : 0;
+  std::int64_t frags = res.first[counter::fragments_in];
+  if (!timed.empty() && frags > 0) {
+    res.ns_per_fragment = detail::median(timed) / static_cast<double>(frags);
+    res.cpu_ns_per_fragment = detail::median(timed_cpu) / static_cast<double>(frags);
   }
   return res;
 }
