@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "packet.hpp"
+
 namespace defrag::pcap_io {
 
 // An IP packet of a capture: bytes [offset, offset + length) of capture::bytes.
@@ -53,9 +55,7 @@ struct input_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline std::uint16_t load_be16(const std::uint8_t* p) {
-  return static_cast<std::uint16_t>(p[0] << 8 | p[1]);
-}
+using defrag::load_be16;
 
 inline bool supported_link_type(int dlt) {
   switch (dlt) {

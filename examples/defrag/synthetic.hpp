@@ -77,19 +77,6 @@ inline void store32(std::uint8_t* p, std::uint32_t v) {
   store16(p + 2, v & 0xffff);
 }
 
-inline std::uint32_t sum16(std::span<const std::uint8_t> b, std::uint32_t acc = 0) {
-  std::size_t i = 0;
-  for (; i + 1 < b.size(); i += 2)
-    acc += static_cast<std::uint32_t>(b[i] << 8 | b[i + 1]);
-  if (i < b.size()) acc += static_cast<std::uint32_t>(b[i] << 8);
-  return acc;
-}
-inline std::uint16_t fold(std::uint32_t acc) {
-  while (acc >> 16)
-    acc = (acc & 0xffff) + (acc >> 16);
-  return static_cast<std::uint16_t>(~acc & 0xffff);
-}
-
 // The payload byte at position i of legit datagram `seq` (after marker and sequence).
 inline std::uint8_t pattern(std::uint64_t seq, std::size_t i) {
   return static_cast<std::uint8_t>((seq * 131 + i * 7 + (i >> 8)) & 0xff);
@@ -109,11 +96,11 @@ inline std::vector<std::uint8_t> udp(const address& a, std::uint16_t sport, std:
   store16(&d[4], static_cast<std::uint32_t>(d.size() & 0xffff));  // 0 for IPv6 jumbo sizes
   std::copy(payload.begin(), payload.end(), d.begin() + 8);
   std::size_t alen = a.v6 ? 16 : 4;
-  std::uint32_t acc = sum16({a.src.data(), alen});
-  acc = sum16({a.dst.data(), alen}, acc);
+  std::uint32_t acc = checksum_add({a.src.data(), alen});
+  acc = checksum_add({a.dst.data(), alen}, acc);
   acc += 17 + static_cast<std::uint32_t>(d.size() & 0xffff) +
          static_cast<std::uint32_t>(d.size() >> 16);
-  std::uint16_t c = fold(sum16(d, acc));
+  std::uint16_t c = checksum_fold(checksum_add(d, acc));
   store16(&d[6], c == 0 ? 0xffff : c);
   return d;
 }
@@ -133,7 +120,7 @@ inline void emit_fragment(pcap_io::capture& cap, std::int64_t ts, const address&
     buf[9] = 17;
     std::memcpy(buf + 12, a.src.data(), 4);
     std::memcpy(buf + 16, a.dst.data(), 4);
-    store16(buf + 10, fold(sum16({buf, 20})));
+    store16(buf + 10, checksum_fold(checksum_add({buf, 20})));
     std::vector<std::uint8_t> pkt(buf, buf + 20);
     pkt.insert(pkt.end(), part.begin(), part.end());
     cap.add(ts, pkt);
@@ -213,7 +200,7 @@ inline std::optional<std::uint64_t> legit_sequence(std::span<const std::uint8_t>
   if (ip.size() >= 20 && ip[0] == 0x45) {
     if (pcap_io::load_be16(ip.data() + 2) != ip.size() || ip[9] != 17) return std::nullopt;
     if ((pcap_io::load_be16(ip.data() + 6) & 0x3fff) != 0) return std::nullopt;
-    if (detail::fold(detail::sum16(ip.first(20))) != 0) return std::nullopt;
+    if (checksum_fold(checksum_add(ip.first(20))) != 0) return std::nullopt;
     hdr = 20;
   } else if (ip.size() >= 40 && ip[0] >> 4 == 6) {
     if (40u + pcap_io::load_be16(ip.data() + 4) != ip.size() || ip[6] != 17) return std::nullopt;
