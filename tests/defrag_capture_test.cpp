@@ -134,15 +134,16 @@ TEST(DefragSha256, KnownAnswers) {
 struct kernel_case {
   std::string file;
   unsigned threads;
+  bool global_lock = false;
 };
 
 std::string kernel_case_name(const ::testing::TestParamInfo<kernel_case>& p) {
   return std::string(p.param.file.ends_with("ng") ? "pcapng" : "pcap") + "_threads" +
-         std::to_string(p.param.threads);
+         std::to_string(p.param.threads) + (p.param.global_lock ? "_global_lock" : "");
 }
 
 void PrintTo(const kernel_case& c, std::ostream* os) {
-  *os << c.file << " at " << c.threads << " threads";
+  *os << c.file << " at " << c.threads << " threads" << (c.global_lock ? ", global lock" : "");
 }
 
 class KernelCapture : public ::testing::TestWithParam<kernel_case> {};
@@ -160,6 +161,7 @@ TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
 
   defrag::driver::run_options o;
   o.threads = GetParam().threads;
+  o.global_lock = GetParam().global_lock;
   auto r = defrag::driver::run(cap, o);
 
   std::multiset<std::string> want, got;
@@ -203,7 +205,8 @@ INSTANTIATE_TEST_SUITE_P(Seed1, KernelCapture,
                          ::testing::Values(kernel_case{"kernel-seed1.pcapng", 1},
                                            kernel_case{"kernel-seed1.pcapng", 4},
                                            kernel_case{"kernel-seed1.pcap", 1},
-                                           kernel_case{"kernel-seed1.pcap", 4}),
+                                           kernel_case{"kernel-seed1.pcap", 4},
+                                           kernel_case{"kernel-seed1.pcapng", 2, true}),
                          kernel_case_name);
 
 // ------------------------------------------------------------ capture I/O

@@ -269,7 +269,9 @@ class datagram {
     add_result r;
     const std::uint32_t off = pi.offset;
     std::uint32_t end = off + pi.payload_len();
-    if (nfrags_ >= max_fragments) return {outcome::dropped, why::too_many_fragments};
+    // linux keeps every accepted fragment; the others bound their pieces (below).
+    if (pol == policy::linux && nfrags_ >= max_fragments)
+      return {outcome::dropped, why::too_many_fragments};
     if (pi.family == 6 && end > max_ip_len) return {outcome::dropped, why::too_long};
     // Length rules of ip_frag_queue / ip6_frag_queue.
     if (!pi.more) {
@@ -453,9 +455,8 @@ class datagram {
     // remainder (only the last piece can reach past end) follows n's final survivor.
     overlapped = shared > 0;
     if (nsurv == 0) return true;
-    const std::size_t bound = 2 * static_cast<std::size_t>(max_fragments) + 8;
     const std::size_t removed = static_cast<std::size_t>(last - first);
-    if (iv_.size() - removed + nrepl > bound) {
+    if (iv_.size() - removed + nrepl > max_fragments) {
       nsurv = 0;
       return false;
     }

@@ -233,8 +233,9 @@ class bucket_table {
 
   using callback = std::function<void(entry_view&)>;
   struct events {
-    callback on_expire;  // deadline reached: lazily on lookup, or in sweep()
-    callback on_evict;   // removed to make room under the budget
+    // ({} initializers: a designated initializer may name just one without warnings.)
+    callback on_expire{};  // deadline reached: lazily on lookup, or in sweep()
+    callback on_evict{};   // removed to make room under the budget
   };
 
   explicit bucket_table(const bucket_table_options& opt = {}, events ev = {}, Hash hash = Hash())
@@ -395,6 +396,13 @@ class bucket_table {
   std::size_t finish(reclaim_lists& rl) {
     std::size_t expired = 0;
     auto drain = [](node*& list, const callback* cb) {
+      node* in_order = nullptr;  // the lists are pushed at the front: events in removal order
+      while (node* n = list) {
+        list = n->next;
+        n->next = in_order;
+        in_order = n;
+      }
+      list = in_order;
       std::size_t k = 0;
       while (node* n = list) {
         list = n->next;
@@ -433,6 +441,7 @@ class bucket_table {
       mem_.add(delta);
       return true;
     }
+    if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     for (unsigned attempt = 0;; ++attempt) {
       // Reserve first, then check: two racing chargers can both back out, never both keep.
       mem_.add(delta);

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: MIT
+#include "hotpath/bucket_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+// Allocations made by this thread: a lookup of an absent key must make none.
+namespace {
+thread_local std::uint64_t allocations = 0;
+}
+// GCC cannot see that these replace the global pair, and warns new/free mismatch.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void* operator new(std::size_t n) {
+  ++allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace hotpath::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct flow_key {
+  std::uint32_t src, dst;
+  std::uint16_t id;
+  std::uint8_t proto, pad;
+  friend bool operator==(const flow_key&, const flow_key&) = default;
+};
+
+flow_key key_of(std::uint32_t i) {
+  return {0x0a000000u + i, 0xc0a80001u, static_cast<std::uint16_t>(i * 2654435761u >> 16), 17, 0};
+}
+
+// A value that counts its constructions and destructions and knows whether it is
+// alive; `inside` checks that visits of one entry never overlap.
+struct tracked {
+  static constexpr std::uint64_t alive = 0xa11fe5a11fe5a11full;
+  static inline std::atomic<std::int64_t> made{0};
+  static inline std::atomic<std::int64_t> destroyed{0};
+
+  explicit tracked(std::uint32_t t = 0) : tag(t) { made.fetch_add(1, std::memory_order_relaxed); }
+  tracked(const tracked&) = delete;
+  ~tracked() {
+    magic = 0;
+    destroyed.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t magic = alive;
+  std::uint32_t tag;
+  int inside = 0;
+  std::int64_t visits = 0;
+  std::int64_t extra = 0;  // what the visitors charged beyond entry_charge
+};
+
+struct lifetime_guard {
+  std::int64_t made0 = tracked::made.load();
+  std::int64_t destroyed0 = tracked::destroyed.load();
+  std::int64_t made() const { return tracked::made.load() - made0; }
+  std::int64_t destroyed() const { return tracked::destroyed.load() - destroyed0; }
+};
+
+using table = bucket_table<flow_key, tracked>;
+
+bucket_table_options small_options(std::size_t buckets, std::int64_t budget) {
+  bucket_table_options o;
+  o.buckets = buckets;
+  o.budget = budget;
+  o.entry_charge = 100;
+  return o;
+}
+
+TEST(BucketTable, FindOrCreateVisitErase) {
+  lifetime_guard life;
+  {
+    table t(small_options(16, 1 << 20));
+    EXPECT_EQ(t.bucket_count(), 16u);
+    const flow_key k = key_of(1);
+    // void visitor -> bool; value visitor -> optional.
+    EXPECT_FALSE(t.visit(k, 0, [](table::entry&) {}));
+    std::optional<bool> c = t.find_or_create(
+        k, 5, [](auto& e) { return e.created(); }, 42u);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_TRUE(*c);
+    EXPECT_EQ(t.find_or_create(k, 6, [](auto& e) { return e.created(); }), false);
+    auto seen = t.visit(k, 7, [](auto& e) {
+      EXPECT_EQ(e.last_used(), 7);
+      EXPECT_EQ(e.now(), 7);
+      EXPECT_EQ(e.charged(), 100);
+      EXPECT_TRUE(e.charge(50));
+      return e.value().tag;
+    });
+    EXPECT_EQ(seen, 42u);
+    EXPECT_EQ(t.size(), 1);
+    EXPECT_EQ(t.charged(), 150);
+    EXPECT_EQ(life.made(), 1);
+    // erase() through the handle: unlinked when the visitor returns, destroyed after.
+    EXPECT_TRUE(t.visit(k, 8, [&](auto& e) {
+      e.erase();
+      EXPECT_TRUE(e.erased());
+      EXPECT_EQ(e.value().magic, tracked::alive);
+      EXPECT_EQ(life.destroyed(), 0);
+    }));
+    EXPECT_EQ(life.destroyed(), 1);
+    EXPECT_EQ(t.size(), 0);
+    EXPECT_EQ(t.charged(), 0);
+    EXPECT_FALSE(t.visit(k, 9, [](auto&) {}));
+    // erase(key).
+    t.find_or_create(k, 10, [](auto&) {});
+    EXPECT_TRUE(t.erase(k));
+    EXPECT_FALSE(t.erase(k));
+    EXPECT_EQ(t.charged(), 0);
+    t.find_or_create(key_of(2), 11, [](auto&) {});
+    t.find_or_create(key_of(3), 11, [](auto&) {});
+  }
+  // The destructor destroys what is left.
+  EXPECT_EQ(life.made(), 4);
+  EXPECT_EQ(life.destroyed(), 4);
+}
+
+TEST(BucketTable, LookupOfAnAbsentKeyAllocatesNothing) {
+  table t(small_options(64, 1 << 20));
+  for (std::uint32_t i = 0; i < 100; ++i)
+    t.find_or_create(key_of(i), 0, [](auto&) {});
+  const std::uint64_t before = allocations;
+  int found = 0;
+  for (std::uint32_t i = 100; i < 10000; ++i) {
+    found += t.visit(key_of(i), 1, [](auto&) {}) ? 1 : 0;
+    found += t.erase(key_of(i)) ? 1 : 0;
+  }
+  EXPECT_EQ(found, 0);
+  EXPECT_EQ(allocations, before);
+}
+
+TEST(BucketTable, VisitorThatThrowsLeavesTheTableConsistent) {
+  lifetime_guard life;
+  {
+    table t(small_options(4, 1 << 20));
+    const flow_key k = key_of(7);
+    EXPECT_THROW(t.find_or_create(k, 0,
+                                  [](auto& e) {
+                                    e.erase();
+                                    throw 1;
+                                  }),
+                 int);
+    EXPECT_EQ(t.size(), 0);
+    EXPECT_EQ(t.charged(), 0);
+    EXPECT_EQ(life.destroyed(), 1);
+    // The bucket lock was released.
+    EXPECT_TRUE(t.find_or_create(k, 0, [](auto&) {}));
+  }
+  EXPECT_EQ(life.made(), life.destroyed());
+}
+
+TEST(BucketTable, ExpiredEntriesGoLazilyAndInBoundedSweeps) {
+  std::vector<std::uint32_t> expired;
+  bucket_table_options o = small_options(64, 1 << 20);
+  o.ttl = 100;
+  table t(o, {.on_expire = [&](table::entry_view& v) {
+            EXPECT_EQ(v.value().magic, tracked::alive);
+            expired.push_back(v.value().tag);
+          }});
+  const flow_key k = key_of(1);
+  t.find_or_create(
+      k, 1000, [](auto& e) { EXPECT_EQ(e.deadline(), 1100); }, 1u);
+  // Before the deadline the entry is found; at it, it is gone.
+  EXPECT_TRUE(t.visit(k, 1099, [](auto&) {}));
+  EXPECT_FALSE(t.visit(k, 1100, [](auto&) {}));
+  EXPECT_EQ(expired, std::vector<std::uint32_t>{1});
+  // An expired key is created afresh; set_deadline() moves the deadline.
+  t.find_or_create(
+      k, 1000, [](auto&) {}, 2u);
+  EXPECT_TRUE(t.find_or_create(
+                   k, 1200, [](auto& e) { return e.created(); }, 3u)
+                  .value());
+  EXPECT_EQ(expired, (std::vector<std::uint32_t>{1, 2}));
+  t.visit(k, 1200, [](auto& e) { e.set_deadline(5000); });
+  EXPECT_TRUE(t.visit(k, 4999, [](auto&) {}));
+
+  // sweep(): entries due go, at most max_buckets buckets per call.
+  expired.clear();
+  for (std::uint32_t i = 100; i < 400; ++i)
+    t.find_or_create(
+        key_of(i), 2000, [](auto&) {}, i);
+  EXPECT_EQ(t.sweep(2099, 64), 0u);
+  std::size_t swept = 0;
+  for (int call = 0; call < 64; ++call) {
+    const std::size_t n = t.sweep(2100, 1);
+    // One bucket holds on average 300 / 64 entries, never all of them.
+    EXPECT_LT(n, 300u);
+    swept += n;
+  }
+  EXPECT_EQ(swept, 300u);
+  EXPECT_EQ(expired.size(), 300u);
+  EXPECT_EQ(t.size(), 1);  // key 1, deadline 5000
+  EXPECT_EQ(t.charged(), 100);
+}
+
+// With one bucket every eviction sees every entry: the policy is exact LRU, after
+// the expired ones.
+TEST(BucketTable, OverBudgetExpiredGoFirstThenLeastRecentlyTouched) {
+  std::vector<std::uint32_t> expired, evicted;
+  bucket_table_options o = small_options(1, 1000);  // 10 entries of 100
+  table t(o, {.on_expire = [&](auto& v) { expired.push_back(v.value().tag); },
+              .on_evict = [&](auto& v) { evicted.push_back(v.value().tag); }});
+  for (std::uint32_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(t.find_or_create(
+        key_of(i), i, [](auto&) {}, i));
+  EXPECT_EQ(t.charged(), 1000);
+  // 3 and 6 expire at 50; 0 is touched, so 1 is now the least recently used.
+  t.visit(key_of(3), 20, [](auto& e) { e.set_deadline(50); });
+  t.visit(key_of(6), 21, [](auto& e) { e.set_deadline(50); });
+  t.visit(key_of(0), 22, [](auto&) {});
+  ASSERT_TRUE(t.find_or_create(
+      key_of(10), 60, [](auto&) {}, 10u));
+  EXPECT_EQ(expired, (std::vector<std::uint32_t>{6, 3}));  // in chain order: newest first
+  EXPECT_TRUE(evicted.empty());
+  for (std::uint32_t i = 11; i < 14; ++i)
+    ASSERT_TRUE(t.find_or_create(
+        key_of(i), 60 + i, [](auto&) {}, i));
+  EXPECT_EQ(evicted, (std::vector<std::uint32_t>{1, 2}));
+  ASSERT_TRUE(t.find_or_create(
+      key_of(14), 80, [](auto&) {}, 14u));
+  EXPECT_EQ(evicted, (std::vector<std::uint32_t>{1, 2, 4}));
+  EXPECT_EQ(t.charged(), 1000);
+  // A visitor's charge evicts others (never its own entry), one per attempt.
+  EXPECT_TRUE(t.visit(key_of(14), 90, [](auto& e) { return e.charge(250); }).value());
+  EXPECT_EQ(evicted, (std::vector<std::uint32_t>{1, 2, 4, 5, 7, 8}));
+  EXPECT_EQ(t.charged(), 950);
+  // More than eviction_attempts evictions can free is refused; so is more than the
+  // budget, without evicting anything.
+  EXPECT_FALSE(t.visit(key_of(14), 91, [](auto& e) { return e.charge(1000); }).value());
+  EXPECT_EQ(evicted, (std::vector<std::uint32_t>{1, 2, 4, 5, 7, 8, 9, 0, 10, 11}));
+  EXPECT_FALSE(t.visit(key_of(14), 91, [](auto& e) { return e.charge(1001); }).value());
+  EXPECT_EQ(evicted.size(), 10u);
+  EXPECT_TRUE(t.visit(key_of(14), 92, [](auto& e) { return e.charge(-250); }).value());
+  EXPECT_LE(t.charged(), 1000);
+}
+
+// Live entries, touched now and then, survive a flood of new keys that are never
+// touched again: the victims are the flood's own oldest.
+TEST(BucketTable, FloodOfNewKeysEvictsItsOwnOldestNotLiveEntries) {
+  std::int64_t evictions = 0, live_evicted = 0;
+  constexpr std::uint32_t live = 100;
+  bucket_table_options o = small_options(1024, 100 * 1000);  // 1000 entries
+  table t(o, {.on_evict = [&](auto& v) {
+            ++evictions;
+            if (v.value().tag < live) ++live_evicted;
+          }});
+  std::int64_t now = 0;
+  for (std::uint32_t i = 0; i < live; ++i)
+    t.find_or_create(
+        key_of(i), ++now, [](auto&) {}, i);
+  std::int64_t refused = 0;
+  for (std::uint32_t i = live; i < live + 50000; ++i) {
+    if (!t.find_or_create(
+            key_of(i), ++now, [](auto&) {}, i))
+      ++refused;
+    // Every live entry is touched once per 200 flood keys: it is never older than
+    // the youngest fifth of the budget.
+    if (i % 200 == 0) {
+      for (std::uint32_t j = 0; j < live; ++j)
+        t.find_or_create(
+            key_of(j), ++now, [](auto&) {}, j);
+    }
+    ASSERT_LE(t.charged(), t.budget());
+  }
+  EXPECT_EQ(refused, 0);
+  EXPECT_GT(evictions, 40000);
+  // Random victims would hit a live entry in about 10% of evictions; with 8 samples
+  // a live entry is the oldest seen with probability about 0.2^8 per sample set.
+  EXPECT_LE(live_evicted, evictions / 1000) << live_evicted << " of " << evictions;
+}
+
+// Many threads on overlapping keys: every entry created is destroyed exactly once,
+// visits of one entry never overlap and never see a destroyed entry, and at
+// quiescence the charge equals the sum of the live entries' charges.
+TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
+  lifetime_guard life;
+  const unsigned threads = 4;
+  const std::uint32_t keys = 256;
+  std::atomic<std::int64_t> bad{0}, evicted{0}, expired{0};
+  {
+    bucket_table_options o = small_options(64, 1 << 30);
+    table t(o, {.on_expire =
+                    [&](auto& v) {
+                      expired.fetch_add(1, std::memory_order_relaxed);
+                      if (v.value().magic != tracked::alive) bad.fetch_add(1);
+                    },
+                .on_evict = [&](auto&) { evicted.fetch_add(1, std::memory_order_relaxed); }});
+    std::atomic<bool> go{false};
+    std::atomic<std::int64_t> clock{0};
+    std::chrono::steady_clock::time_point deadline;
+    std::vector<std::thread> pool;
+    for (unsigned th = 0; th < threads; ++th) {
+      pool.emplace_back([&, th] {
+        std::mt19937 rng(th);
+        while (!go.load(std::memory_order_acquire))
+          std::this_thread::yield();
+        auto visitor = [&](table::entry& e) {
+          tracked& v = e.value();
+          if (v.magic != tracked::alive || ++v.inside != 1) bad.fetch_add(1);
+          ++v.visits;
+          const std::int64_t d = static_cast<std::int64_t>(rng() % 64) - 24;
+          if (v.extra + d >= 0 && e.charge(d)) v.extra += d;
+          if (rng() % 16 == 0) e.set_deadline(e.now() + 3);
+          if (rng() % 8 == 0) e.erase();
+          --v.inside;
+          return v.visits;
+        };
+        for (int i = 0; i < 40000; ++i) {
+          if (i % 256 == 0 && i > 0 && std::chrono::steady_clock::now() > deadline) break;
+          const flow_key k = key_of(static_cast<std::uint32_t>(rng() % keys));
+          // Relaxed: only a source of roughly increasing times.
+          const std::int64_t now = clock.fetch_add(1, std::memory_order_relaxed) / 64;
+          switch (rng() % 8) {
+            case 0:
+              t.erase(k);
+              break;
+            case 1:
+            case 2:
+              t.visit(k, now, visitor);
+              break;
+            case 3:
+              t.sweep(now, 2);
+              break;
+            default:
+              t.find_or_create(k, now, visitor, k.src);
+          }
+        }
+      });
+    }
+    deadline = std::chrono::steady_clock::now() + 3s;
+    go.store(true, std::memory_order_release);
+    for (auto& th : pool)
+      th.join();
+    EXPECT_EQ(bad.load(), 0);
+    std::int64_t live = 0, live_charge = 0;
+    t.for_each([&](table::entry_view& v) {
+      ++live;
+      live_charge += v.charged();
+      EXPECT_EQ(v.charged(), 100 + v.value().extra);
+    });
+    EXPECT_EQ(t.size(), live);
+    EXPECT_EQ(t.charged(), live_charge);
+    EXPECT_EQ(life.made() - life.destroyed(), live);
+    EXPECT_GT(expired.load(), 0);
+    EXPECT_EQ(evicted.load(), 0);  // the budget is far away
+  }
+  EXPECT_EQ(life.made(), life.destroyed());
+}
+
+// A flood of new keys from several threads against a small budget: new keys are
+// still admitted, the budget holds (within the bound of the header comment), and
+// the charge balances at quiescence after every round.
+TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
+  lifetime_guard life;
+  const unsigned threads = 4;
+  constexpr std::int64_t entry = 100;
+  std::atomic<std::int64_t> evictions{0};
+  {
+    bucket_table_options o = small_options(256, 500 * entry);
+    o.charge_batch = 64;
+    table t(o, {.on_evict = [&](auto&) { evictions.fetch_add(1, std::memory_order_relaxed); }});
+    std::atomic<std::int64_t> refused{0}, admitted{0};
+    for (int round = 0; round < 4; ++round) {
+      std::atomic<bool> go{false};
+      std::vector<std::thread> pool;
+      for (unsigned th = 0; th < threads; ++th) {
+        pool.emplace_back([&, th] {
+          while (!go.load(std::memory_order_acquire))
+            std::this_thread::yield();
+          for (std::uint32_t i = 0; i < 20000; ++i) {
+            const std::uint32_t id = (static_cast<std::uint32_t>(round) << 24) | (th << 16) | i;
+            // Each entry grows by a fragment after it is created, as a reassembly queue.
+            auto r = t.find_or_create(key_of(id), i, [](table::entry& e) {
+              if (!e.charge(20)) return false;
+              e.value().extra += 20;
+              return true;
+            });
+            if (r.has_value())
+              admitted.fetch_add(1, std::memory_order_relaxed);
+            else
+              refused.fetch_add(1, std::memory_order_relaxed);
+          }
+        });
+      }
+      go.store(true, std::memory_order_release);
+      for (auto& th : pool)
+        th.join();
+      std::int64_t live_charge = 0;
+      t.for_each([&](table::entry_view& v) { live_charge += v.charged(); });
+      EXPECT_EQ(t.charged(), live_charge);
+      // Each successful charge saw the total within the budget with its own delta
+      // included; a compare() racing a fold may miss less than one batch per thread.
+      EXPECT_LE(t.charged(), t.budget() + threads * o.charge_batch);
+      EXPECT_EQ(life.made() - life.destroyed(), t.size());
+    }
+    EXPECT_EQ(refused.load(), 0);
+    // Nothing expires and nothing is erased: every entry made is live or was evicted.
+    EXPECT_EQ(life.made(), evictions.load() + t.size());
+  }
+  EXPECT_EQ(life.made(), life.destroyed());
+}
+
+// Keys that all collide under one hash key spread under another, as under random
+// keys; under a seeded CRC they collide under every seed.
+std::uint32_t crc32c(std::uint32_t seed, const void* data, std::size_t n) {
+  std::uint32_t c = ~seed;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int b = 0; b < 8; ++b)
+      c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+std::size_t fullest(const std::vector<std::size_t>& buckets_of_keys, std::size_t buckets) {
+  std::vector<std::size_t> load(buckets, 0);
+  for (std::size_t b : buckets_of_keys)
+    ++load[b];
+  return *std::max_element(load.begin(), load.end());
+}
+
+TEST(BucketTable, KeysBuiltToCollideUnderOneKeySpreadUnderAnother) {
+  constexpr std::size_t buckets = 1024, wanted = 2000;
+  bucket_table_options o;
+  o.buckets = buckets;
+  table attacked(o, {}, keyed_hash<flow_key>(hash_key{0x0123456789abcdefull, 42}));
+  // The attacker knows this table's key: keys that all land in bucket 0.
+  std::vector<flow_key> colliding;
+  for (std::uint32_t i = 0; colliding.size() < wanted; ++i) {
+    const flow_key k = key_of(i);
+    if (attacked.bucket_index(k) == 0) colliding.push_back(k);
+  }
+  auto place = [&](auto&& index) {
+    std::vector<std::size_t> out;
+    for (const flow_key& k : colliding)
+      out.push_back(index(k));
+    return out;
+  };
+  EXPECT_EQ(fullest(place([&](const flow_key& k) { return attacked.bucket_index(k); }), buckets),
+            wanted);
+  // Another table (random key): about Poisson(2) per bucket. P(any of 1024 buckets
+  // >= 16) < 1e-6; the mean + 5 standard deviations would be 9.1.
+  table other(o);
+  EXPECT_LE(fullest(place([&](const flow_key& k) { return other.bucket_index(k); }), buckets), 16u);
+  // Two random keys place the keys differently; a fixed key reproduces.
+  table third(o);
+  std::size_t same = 0;
+  for (const flow_key& k : colliding)
+    same += other.bucket_index(k) == third.bucket_index(k) ? 1 : 0;
+  EXPECT_LT(same, wanted / 20);
+  table again(o, {}, keyed_hash<flow_key>(hash_key{0x0123456789abcdefull, 42}));
+  for (const flow_key& k : colliding)
+    ASSERT_EQ(again.bucket_index(k), 0u);
+
+  // The foil: keys of one length colliding under one CRC seed collide under every
+  // seed (CRC is affine in it), so "seeding" does not stop the attack.
+  std::vector<flow_key> crc_colliding;
+  for (std::uint32_t i = 0; crc_colliding.size() < 200; ++i) {
+    const flow_key k = key_of(i);
+    if ((crc32c(0x1234, &k, sizeof k) & (buckets - 1)) == 0) crc_colliding.push_back(k);
+  }
+  for (std::uint32_t seed : {0u, 7u, 0xdeadbeefu})
+    for (const flow_key& k : crc_colliding)
+      ASSERT_EQ(
+          (crc32c(seed, &k, sizeof k) ^ crc32c(seed, &crc_colliding[0], sizeof k)) & (buckets - 1),
+          0u)
+          << "seed " << seed;
+}
+
+// Any Lockable with try_lock works as the bucket lock.
+TEST(BucketTable, StdMutexBuckets) {
+  bucket_table<flow_key, int, keyed_hash<flow_key>, std::mutex> t(small_options(8, 300));
+  for (std::uint32_t i = 0; i < 10; ++i)
+    EXPECT_TRUE(t.find_or_create(key_of(i), i, [](auto& e) { ++e.value(); }));
+  EXPECT_EQ(t.size(), 3);
+  EXPECT_LE(t.charged(), 300);
+}
+
+}  // namespace
+}  // namespace hotpath::test
