@@ -209,6 +209,37 @@ INSTANTIATE_TEST_SUITE_P(Seed1, KernelCapture,
                                            kernel_case{"kernel-seed1.pcapng", 2, true}),
                          kernel_case_name);
 
+// RSS-like spreading: every packet goes to exactly one worker, and the fragments of one
+// datagram reach different workers (the first one by ports, the others by addresses).
+// (This capture has one address pair per family, so its later fragments all land on
+// two workers: RSS would do the same.)
+TEST(DefragSpread, FragmentsOfOneDatagramReachDifferentWorkers) {
+  auto cap = defrag::pcap_io::read_capture((data_dir / "kernel-seed1.pcapng").string());
+  constexpr unsigned workers = 4;
+  auto lists = defrag::driver::spread(cap, workers);
+  std::map<std::vector<std::uint8_t>, std::set<unsigned>> where;  // datagram key -> workers
+  std::size_t total = 0;
+  for (unsigned w = 0; w < workers; ++w) {
+    total += lists[w].size();
+    for (std::uint32_t i : lists[w]) {
+      defrag::packet_info pi;
+      if (defrag::parse(cap.ip(cap.packets[i]), pi) != defrag::parse_status::ok || !pi.fragment)
+        continue;
+      auto* k = reinterpret_cast<const std::uint8_t*>(&pi.key);
+      where[std::vector<std::uint8_t>(k, k + sizeof pi.key)].insert(w);
+    }
+  }
+  EXPECT_EQ(total, cap.packets.size());
+  std::set<std::uint32_t> all;
+  for (const auto& l : lists)
+    all.insert(l.begin(), l.end());
+  EXPECT_EQ(all.size(), cap.packets.size());
+  std::size_t split = 0;
+  for (const auto& [key, ws] : where)
+    split += ws.size() > 1;
+  EXPECT_GT(split * 3, where.size()) << split << " of " << where.size() << " datagrams split";
+}
+
 // ------------------------------------------------------------ capture I/O
 
 struct temp_dir {
