@@ -55,6 +55,9 @@ options:
   --timeout S        reassembly timeout in seconds of capture time, IPv4 and IPv6
                      (default: 30 for IPv4, 60 for IPv6, as Linux)
   --buckets N        buckets of the engine's table (default: 4096)
+  --window N         most packets (in capture order) a worker may run ahead of the
+                     slowest one, as packets that arrive together are handled together
+                     (default: 256; larger lets workers drift apart in capture time)
   --repeat N         after the first pass (the one written), replay the capture from
                      memory N more times, each on a fresh engine, and report
                      ns_per_fragment: the median pass's wall time over fragments in
@@ -148,6 +151,8 @@ options parse(int argc, char** argv) {
       o.run.cfg.timeout_v4_ns = o.run.cfg.timeout_v6_ns = static_cast<std::int64_t>(s * 1e9);
     } else if (a == "--buckets") {
       o.run.cfg.buckets = parse_number<std::size_t>(a, value(), 1, std::size_t{1} << 24);
+    } else if (a == "--window") {
+      o.run.window = parse_number<std::size_t>(a, value(), 1, std::size_t{1} << 40);
     } else if (a == "--repeat") {
       o.run.repeat = parse_number<unsigned>(a, value(), 0, 100000);
     } else if (a == "--json") {
