@@ -147,6 +147,7 @@ inline constexpr std::int64_t sweep_ns = 1'000'000'000;  // every bucket once a 
 
 struct alignas(64) worker_slot {
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
+  std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t cpu_ns = 0;
   std::int64_t delivered_count = 0;
@@ -226,8 +227,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   slot.position.store(done, std::memory_order_relaxed);
 }
 
-// One pass on a fresh engine; returns its wall time (ns) and leaves results (and each
-// worker's CPU time) in `slots`.
+// One pass on a fresh engine; returns its wall time (ns): from the first worker's
+// start to the last worker's end, so that waking the workers up is not counted.
+// Leaves results (and each worker's CPU time) in `slots`.
 inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
                          const std::vector<std::vector<std::uint32_t>>& lists, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
@@ -243,6 +245,7 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
     threads.emplace_back([&, w] {
       ready.count_down();
       go.wait();
+      slots[w].start_ns = clock::now().time_since_epoch().count();
       std::int64_t cpu = thread_cpu_ns();
       if (keep)
         work<true>(s, w, lists[w]);
@@ -253,13 +256,14 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
     });
   }
   ready.wait();
-  std::int64_t start = clock::now().time_since_epoch().count();
   go.count_down();
   for (auto& t : threads)
     t.join();
-  std::int64_t end = start;
-  for (auto& sl : slots)
+  std::int64_t start = slots.front().start_ns, end = slots.front().end_ns;
+  for (auto& sl : slots) {
+    start = std::min(start, sl.start_ns);
     end = std::max(end, sl.end_ns);
+  }
   return end - start;
 }
 
