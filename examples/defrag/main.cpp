@@ -61,7 +61,8 @@ options:
   --repeat N         after the first pass (the one written), replay the capture from
                      memory N more times, each on a fresh engine, and report
                      ns_per_fragment: the median pass's wall time over fragments in
-                     (reading and writing excluded) (default: 0)
+                     (reading and writing excluded), and cpu_ns_per_fragment: the
+                     same from the workers' CPU time (default: 0)
   --json FILE        also write the summary as JSON ("-": standard output)
   --synthetic        make the traffic in process instead of reading INPUT: legit
                      fragmented UDP datagrams (IPv4 and IPv6, 1800 to 24000 bytes)
