@@ -858,11 +858,11 @@ TEST(DefragFlood, BlackoutPatternDoesNotBlackOut) {
 
 // Fragments of the same datagrams dealt across threads, each thread in its own
 // order, with duplicates: every datagram comes out exactly once, byte for byte.
-void many_threads(policy pol, bool reconfigure_meanwhile, std::size_t buckets = 64) {
+void many_threads(policy pol, bool reconfigure_meanwhile) {
   constexpr unsigned threads = 4;
   constexpr std::uint32_t datagrams = 300;
   defrag::config c = with_policy(pol);
-  c.buckets = buckets;  // many datagrams per bucket: the bucket lock is contended
+  c.buckets = 64;  // many datagrams per bucket: the bucket lock is contended
   c.max_fragments = 128;
   c.budget_bytes = std::int64_t{256} << 20;  // everything fits: no eviction here
   defrag::engine e(c, fixed_key);
