@@ -62,7 +62,8 @@ struct v6_spec {
   std::uint8_t dst[16] = {0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
   std::uint32_t id = 1;
   std::uint8_t upper = 17, tc = 0;
-  bool dest_opts = false;  // an 8-byte destination options header before the fragment header
+  bool dest_opts = false;            // a destination options header before the fragment header
+  std::uint8_t dest_opts_units = 1;  // its length in 8-byte units
 };
 
 // With frag = false: the datagram as a host sees it (no fragment header).
@@ -77,7 +78,9 @@ bytes v6_packet(const v6_spec& s, bool frag, std::uint32_t offset, bool mf, cons
   if (s.dest_opts) {
     p[nh_at] = 60;
     nh_at = p.size();
-    p.insert(p.end(), {0, 0, 1, 4, 0, 0, 0, 0});  // PadN
+    p.insert(p.end(), {0, static_cast<std::uint8_t>(s.dest_opts_units - 1), 1,
+                       static_cast<std::uint8_t>(s.dest_opts_units * 8 - 4), 0, 0, 0, 0});  // PadN
+    p.insert(p.end(), (s.dest_opts_units - 1) * 8u, 0);
   }
   if (frag) {
     p[nh_at] = 44;
@@ -626,6 +629,22 @@ TEST(DefragRebuild, Ipv6RemovesTheFragmentHeaderAfterExtensionHeaders) {
   EXPECT_EQ(h.out[0][6], 60);   // IPv6 header names the destination options
   EXPECT_EQ(h.out[0][40], 17);  // which now names UDP, not the fragment header
   EXPECT_EQ(defrag::load_be16(&h.out[0][4]), 8 + 5000);
+}
+
+TEST(DefragRebuild, Ipv6HeadersLongerThanTheHeadroom) {
+  // 40 + 256 bytes of unfragmentable headers, the first fragment arriving last: the
+  // payload already stored moves to make room in front of it.
+  v6_spec s;
+  s.dest_opts = true;
+  s.dest_opts_units = 32;
+  const bytes payload = pattern(4000, 47);
+  family f{6, {}, s};
+  auto fs = cut(payload, 1200);
+  std::reverse(fs.begin(), fs.end());
+  harness h;
+  h.feed(f, fs);
+  ASSERT_EQ(h.out.size(), 1u);
+  EXPECT_EQ(h.out[0], v6_packet(s, false, 0, false, payload));
 }
 
 // ---------------------------------------------------------------- Novak/Sturges
