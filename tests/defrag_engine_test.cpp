@@ -240,6 +240,69 @@ TEST(DefragPassthrough, Ipv6AtomicFragmentIsDeliveredWithoutItsHeader) {
   }
 }
 
+// An IPv6 packet whose header names `nh` and whose payload is `rest` (headers and all).
+bytes v6_raw(std::uint8_t nh, const bytes& rest) {
+  bytes p = v6_packet({}, false, 0, false, {});
+  p[6] = nh;
+  p.insert(p.end(), rest.begin(), rest.end());
+  defrag::store_be16(&p[4], static_cast<std::uint16_t>(p.size() - 40));
+  return p;
+}
+bytes frag_header(std::uint8_t nh, std::uint32_t offset, bool mf, std::uint32_t id) {
+  bytes f{nh, 0, 0, 0, 0, 0, 0, 0};
+  defrag::store_be16(&f[2], static_cast<std::uint16_t>(offset | (mf ? 1 : 0)));
+  for (int i = 0; i < 4; ++i)
+    f[4 + i] = static_cast<std::uint8_t>(id >> (24 - 8 * i));
+  return f;
+}
+bytes cat(bytes a, const bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
+  const bytes udp = pattern(40, 6);
+  {
+    // Atomic fragment, then a destination options header running past the packet:
+    // Linux drops it when it parses that header.
+    harness h;
+    h.feed(v6_raw(44, cat(frag_header(60, 0, false, 1), bytes{17, 20, 0, 0, 0, 0, 0, 0})));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::malformed], 1);
+  }
+  {
+    // Two atomic fragment headers in a row: both go.
+    harness h;
+    h.feed(v6_raw(44, cat(cat(frag_header(44, 0, false, 1), frag_header(17, 0, false, 2)), udp)));
+    ASSERT_EQ(h.out.size(), 1u);
+    EXPECT_EQ(h.out[0], v6_raw(17, udp));
+    EXPECT_EQ(h[counter::reasm_oks], 2);
+  }
+  {
+    // A reassembled datagram that starts with a fragment header (nested fragmentation):
+    // the inner one is reassembled too, with the inner fragments that come later.
+    const bytes inner_a = cat(frag_header(17, 0, true, 9), bytes(udp.begin(), udp.begin() + 16));
+    const bytes inner_b = cat(frag_header(17, 16, false, 9), bytes(udp.begin() + 16, udp.end()));
+    // inner_a travels in two outer fragments (id 7); inner_b unfragmented.
+    harness h;
+    h.feed(
+        v6_raw(44, cat(frag_header(44, 0, true, 7), bytes(inner_a.begin(), inner_a.begin() + 16))));
+    h.feed(
+        v6_raw(44, cat(frag_header(44, 16, false, 7), bytes(inner_a.begin() + 16, inner_a.end()))));
+    EXPECT_TRUE(h.out.empty());
+    h.feed(v6_raw(44, inner_b));
+    ASSERT_EQ(h.out.size(), 1u);
+    EXPECT_EQ(h.out[0], v6_raw(17, udp));
+  }
+  {
+    // Hop-by-hop options anywhere but first: dropped.
+    harness h;
+    h.feed(
+        v6_raw(60, cat(bytes{0, 0, 1, 4, 0, 0, 0, 0}, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp))));
+    EXPECT_EQ(h[counter::malformed], 1);
+  }
+}
+
 // ---------------------------------------------------------------- clean traffic, every policy
 
 class DefragEveryPolicy : public ::testing::TestWithParam<std::tuple<policy, int>> {
