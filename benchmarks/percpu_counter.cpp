@@ -27,6 +27,7 @@
 #include "hotpath/detail/config.hpp"
 #include "hotpath/percpu.hpp"
 #include "hotpath/percpu_counter.hpp"
+#include "support/measure.hpp"
 
 #if defined(HOTPATH_HAVE_TBB)
 #include <tbb/enumerable_thread_specific.h>
@@ -167,22 +168,6 @@ void tbb_ets_lookup(benchmark::State& state) {
   });
 }
 #endif
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
-
-double median(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 
 // Bodies for the chunked runs: adder(t) is called on thread t and returns what one
 // add is.

@@ -301,7 +301,7 @@ TEST(BucketTable, FloodOfNewKeysEvictsItsOwnOldestNotLiveEntries) {
 TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
   lifetime_guard life;
   const unsigned threads = 4;
-  const std::uint32_t keys = 256;
+  const std::uint32_t keys = 128;  // two per bucket on average: visits collide
   std::atomic<std::int64_t> bad{0}, evicted{0}, expired{0};
   {
     bucket_table_options o = small_options(64, 1 << 30);
@@ -323,6 +323,9 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
         auto visitor = [&](table::entry& e) {
           tracked& v = e.value();
           if (v.magic != tracked::alive || ++v.inside != 1) bad.fetch_add(1);
+          // Stay inside a little, so that an unlocked visit would be seen.
+          for (int spin = 0; spin < 32; ++spin)
+            if (reinterpret_cast<volatile int&>(v.inside) != 1) bad.fetch_add(1);
           ++v.visits;
           const std::int64_t d = static_cast<std::int64_t>(rng() % 64) - 24;
           if (v.extra + d >= 0 && e.charge(d)) v.extra += d;
@@ -331,7 +334,7 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
           --v.inside;
           return v.visits;
         };
-        for (int i = 0; i < 40000; ++i) {
+        for (int i = 0; i < 400000; ++i) {
           if (i % 256 == 0 && i > 0 && std::chrono::steady_clock::now() > deadline) break;
           const flow_key k = key_of(static_cast<std::uint32_t>(rng() % keys));
           // Relaxed: only a source of roughly increasing times.
@@ -353,7 +356,7 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
         }
       });
     }
-    deadline = std::chrono::steady_clock::now() + 3s;
+    deadline = std::chrono::steady_clock::now() + 1500ms;
     go.store(true, std::memory_order_release);
     for (auto& th : pool)
       th.join();
@@ -388,12 +391,14 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
     std::atomic<std::int64_t> refused{0}, admitted{0};
     for (int round = 0; round < 4; ++round) {
       std::atomic<bool> go{false};
+      std::chrono::steady_clock::time_point deadline;  // set before `go`, read after it
       std::vector<std::thread> pool;
       for (unsigned th = 0; th < threads; ++th) {
         pool.emplace_back([&, th] {
           while (!go.load(std::memory_order_acquire))
             std::this_thread::yield();
           for (std::uint32_t i = 0; i < 20000; ++i) {
+            if (i % 256 == 255 && std::chrono::steady_clock::now() > deadline) break;
             const std::uint32_t id = (static_cast<std::uint32_t>(round) << 24) | (th << 16) | i;
             // Each entry grows by a fragment after it is created, as a reassembly queue.
             auto r = t.find_or_create(key_of(id), i, [](table::entry& e) {
@@ -408,6 +413,7 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
           }
         });
       }
+      deadline = std::chrono::steady_clock::now() + 2s;
       go.store(true, std::memory_order_release);
       for (auto& th : pool)
         th.join();

@@ -62,7 +62,8 @@ struct v6_spec {
   std::uint8_t dst[16] = {0xfd, 0, 0, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
   std::uint32_t id = 1;
   std::uint8_t upper = 17, tc = 0;
-  bool dest_opts = false;  // an 8-byte destination options header before the fragment header
+  bool dest_opts = false;            // a destination options header before the fragment header
+  std::uint8_t dest_opts_units = 1;  // its length in 8-byte units
 };
 
 // With frag = false: the datagram as a host sees it (no fragment header).
@@ -77,7 +78,9 @@ bytes v6_packet(const v6_spec& s, bool frag, std::uint32_t offset, bool mf, cons
   if (s.dest_opts) {
     p[nh_at] = 60;
     nh_at = p.size();
-    p.insert(p.end(), {0, 0, 1, 4, 0, 0, 0, 0});  // PadN
+    p.insert(p.end(), {0, static_cast<std::uint8_t>(s.dest_opts_units - 1), 1,
+                       static_cast<std::uint8_t>(s.dest_opts_units * 8 - 4), 0, 0, 0, 0});  // PadN
+    p.insert(p.end(), (s.dest_opts_units - 1) * 8u, 0);
   }
   if (frag) {
     p[nh_at] = 44;
@@ -234,6 +237,69 @@ TEST(DefragPassthrough, Ipv6AtomicFragmentIsDeliveredWithoutItsHeader) {
     EXPECT_EQ(h[counter::reasm_oks], 1);
     EXPECT_EQ(h[counter::passthrough], 0);
     EXPECT_EQ(h.e.datagrams_pending(), 0);
+  }
+}
+
+// An IPv6 packet whose header names `nh` and whose payload is `rest` (headers and all).
+bytes v6_raw(std::uint8_t nh, const bytes& rest) {
+  bytes p = v6_packet({}, false, 0, false, {});
+  p[6] = nh;
+  p.insert(p.end(), rest.begin(), rest.end());
+  defrag::store_be16(&p[4], static_cast<std::uint16_t>(p.size() - 40));
+  return p;
+}
+bytes frag_header(std::uint8_t nh, std::uint32_t offset, bool mf, std::uint32_t id) {
+  bytes f{nh, 0, 0, 0, 0, 0, 0, 0};
+  defrag::store_be16(&f[2], static_cast<std::uint16_t>(offset | (mf ? 1 : 0)));
+  for (int i = 0; i < 4; ++i)
+    f[4 + i] = static_cast<std::uint8_t>(id >> (24 - 8 * i));
+  return f;
+}
+bytes cat(bytes a, const bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
+  const bytes udp = pattern(40, 6);
+  {
+    // Atomic fragment, then a destination options header running past the packet:
+    // Linux drops it when it parses that header.
+    harness h;
+    h.feed(v6_raw(44, cat(frag_header(60, 0, false, 1), bytes{17, 20, 0, 0, 0, 0, 0, 0})));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::malformed], 1);
+  }
+  {
+    // Two atomic fragment headers in a row: both go.
+    harness h;
+    h.feed(v6_raw(44, cat(cat(frag_header(44, 0, false, 1), frag_header(17, 0, false, 2)), udp)));
+    ASSERT_EQ(h.out.size(), 1u);
+    EXPECT_EQ(h.out[0], v6_raw(17, udp));
+    EXPECT_EQ(h[counter::reasm_oks], 2);
+  }
+  {
+    // A reassembled datagram that starts with a fragment header (nested fragmentation):
+    // the inner one is reassembled too, with the inner fragments that come later.
+    const bytes inner_a = cat(frag_header(17, 0, true, 9), bytes(udp.begin(), udp.begin() + 16));
+    const bytes inner_b = cat(frag_header(17, 16, false, 9), bytes(udp.begin() + 16, udp.end()));
+    // inner_a travels in two outer fragments (id 7); inner_b unfragmented.
+    harness h;
+    h.feed(
+        v6_raw(44, cat(frag_header(44, 0, true, 7), bytes(inner_a.begin(), inner_a.begin() + 16))));
+    h.feed(
+        v6_raw(44, cat(frag_header(44, 16, false, 7), bytes(inner_a.begin() + 16, inner_a.end()))));
+    EXPECT_TRUE(h.out.empty());
+    h.feed(v6_raw(44, inner_b));
+    ASSERT_EQ(h.out.size(), 1u);
+    EXPECT_EQ(h.out[0], v6_raw(17, udp));
+  }
+  {
+    // Hop-by-hop options anywhere but first: dropped.
+    harness h;
+    h.feed(
+        v6_raw(60, cat(bytes{0, 0, 1, 4, 0, 0, 0, 0}, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp))));
+    EXPECT_EQ(h[counter::malformed], 1);
   }
 }
 
@@ -628,6 +694,22 @@ TEST(DefragRebuild, Ipv6RemovesTheFragmentHeaderAfterExtensionHeaders) {
   EXPECT_EQ(defrag::load_be16(&h.out[0][4]), 8 + 5000);
 }
 
+TEST(DefragRebuild, Ipv6HeadersLongerThanTheHeadroom) {
+  // 40 + 256 bytes of unfragmentable headers, the first fragment arriving last: the
+  // payload already stored moves to make room in front of it.
+  v6_spec s;
+  s.dest_opts = true;
+  s.dest_opts_units = 32;
+  const bytes payload = pattern(4000, 47);
+  family f{6, {}, s};
+  auto fs = cut(payload, 1200);
+  std::reverse(fs.begin(), fs.end());
+  harness h;
+  h.feed(f, fs);
+  ASSERT_EQ(h.out.size(), 1u);
+  EXPECT_EQ(h.out[0], v6_packet(s, false, 0, false, payload));
+}
+
 // ---------------------------------------------------------------- Novak/Sturges
 
 // The overlap pattern of Novak & Sturges, "Target-Based Fragmentation Reassembly"
@@ -858,11 +940,11 @@ TEST(DefragFlood, BlackoutPatternDoesNotBlackOut) {
 
 // Fragments of the same datagrams dealt across threads, each thread in its own
 // order, with duplicates: every datagram comes out exactly once, byte for byte.
-void many_threads(policy pol, bool reconfigure_meanwhile, std::size_t buckets = 64) {
+void many_threads(policy pol, bool reconfigure_meanwhile) {
   constexpr unsigned threads = 4;
   constexpr std::uint32_t datagrams = 300;
   defrag::config c = with_policy(pol);
-  c.buckets = buckets;  // many datagrams per bucket: the bucket lock is contended
+  c.buckets = 64;  // many datagrams per bucket: the bucket lock is contended
   c.max_fragments = 128;
   c.budget_bytes = std::int64_t{256} << 20;  // everything fits: no eviction here
   defrag::engine e(c, fixed_key);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hotpath/detail/config.hpp"
+#include "support/measure.hpp"
 
 namespace hotpath::bench {
 
@@ -84,15 +85,7 @@ void contended(benchmark::State& state) {
         ops[t] = n;
       });
     }
-    while (ready.load() < threads)
-      std::this_thread::yield();
-    const auto start = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(window);
-    stop.store(true);
-    for (auto& th : pool)
-      th.join();
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double secs = run_window(pool, ready, threads, stop, window);
     state.SetIterationTime(secs);
     double total = 0, sq = 0, lo = 1e300, hi = 0;
     for (auto n : ops) {

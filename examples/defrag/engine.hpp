@@ -138,20 +138,64 @@ class engine {
   template <class Out>
   void input(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
     inc(counter::packets_in);
+    handle(now_ns, ip, out, 0);
+  }
+
+  // Expires datagrams past their deadline, touching at most max_buckets buckets.
+  std::size_t expire(std::int64_t now_ns, std::size_t max_buckets) {
+    return table_.sweep(now_ns, max_buckets);
+  }
+
+  stats snapshot() const {
+    stats s;
+    for (std::size_t g = 0; g < stats_.size(); ++g) {
+      const auto part = stats_[g].snapshot();
+      for (std::size_t f = 0; f < stats_group && g * stats_group + f < ncounters; ++f)
+        s.v[g * stats_group + f] = part[f];
+    }
+    s.memory_bytes = table_.charged();
+    note_peak(s.memory_bytes);
+    // Relaxed: a statistic (see note_peak).
+    s.peak_memory_bytes = peak_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  // Changes policy, timeouts and max_fragments while running (datagrams already
+  // queued keep their deadline). `buckets` and `budget_bytes` are fixed at
+  // construction; the values given for them are ignored.
+  void reconfigure(const config& c) {
+    config n = sanitize(c);
+    n.buckets = initial_.buckets;
+    n.budget_bytes = initial_.budget_bytes;
+    live_.store(n);
+  }
+
+  const config& initial_config() const { return initial_; }
+  config current_config() const { return *live_.read(); }
+  // Datagrams being reassembled (exact when no input() runs).
+  std::int64_t datagrams_pending() const { return table_.size(); }
+
+ private:
+  // Linux hands the packet that an IPv6 fragment header released (an atomic fragment,
+  // or a reassembled datagram) back to the IPv6 input path: a malformed header after
+  // it drops it, another fragment header is reassembled again. So do we, up to a
+  // depth (each level strips 8 bytes; beyond it the packet is counted malformed).
+  static constexpr unsigned max_depth = 4;
+
+  template <class Out>
+  void handle(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out& out, unsigned depth) {
     packet_info pi;
     if (parse(ip, pi) != parse_status::ok) return inc(counter::malformed);
     if (pi.atomic) {  // ipv6_frag_rcv lets it through, counted ReasmOKs
       inc(counter::fragments_in);
       inc(counter::reasm_reqds);
       inc(counter::reasm_oks);
-      inc(counter::datagrams_out);
       std::span<const std::uint8_t> pkt;
       byte_buffer b = strip_atomic_fragment(pi, ip, pkt);
-      out(pkt);
-      return;
+      return deliver(now_ns, pkt, out, depth);
     }
     if (!pi.fragment) {
-      inc(counter::passthrough);
+      if (depth == 0) inc(counter::passthrough);
       inc(counter::datagrams_out);
       out(ip.first(pi.length));  // without link-layer padding
       return;
@@ -205,9 +249,7 @@ class engine {
         return;
       case outcome::complete:
         inc(counter::reasm_oks);
-        inc(counter::datagrams_out);
-        out(pkt);
-        return;
+        return deliver(now_ns, pkt, out, depth);
       case outcome::duplicate:
         return inc(counter::duplicates);
       case outcome::dropped:
@@ -219,41 +261,16 @@ class engine {
     }
   }
 
-  // Expires datagrams past their deadline, touching at most max_buckets buckets.
-  std::size_t expire(std::int64_t now_ns, std::size_t max_buckets) {
-    return table_.sweep(now_ns, max_buckets);
-  }
-
-  stats snapshot() const {
-    stats s;
-    for (std::size_t g = 0; g < stats_.size(); ++g) {
-      const auto part = stats_[g].snapshot();
-      for (std::size_t f = 0; f < stats_group && g * stats_group + f < ncounters; ++f)
-        s.v[g * stats_group + f] = part[f];
+  template <class Out>
+  void deliver(std::int64_t now_ns, std::span<const std::uint8_t> pkt, Out& out, unsigned depth) {
+    if (pkt[0] >> 4 == 6) {
+      if (depth + 1 >= max_depth) return inc(counter::malformed);
+      return handle(now_ns, pkt, out, depth + 1);
     }
-    s.memory_bytes = table_.charged();
-    note_peak(s.memory_bytes);
-    // Relaxed: a statistic (see note_peak).
-    s.peak_memory_bytes = peak_.load(std::memory_order_relaxed);
-    return s;
+    inc(counter::datagrams_out);
+    out(pkt);
   }
 
-  // Changes policy, timeouts and max_fragments while running (datagrams already
-  // queued keep their deadline). `buckets` and `budget_bytes` are fixed at
-  // construction; the values given for them are ignored.
-  void reconfigure(const config& c) {
-    config n = sanitize(c);
-    n.buckets = initial_.buckets;
-    n.budget_bytes = initial_.budget_bytes;
-    live_.store(n);
-  }
-
-  const config& initial_config() const { return initial_; }
-  config current_config() const { return *live_.read(); }
-  // Datagrams being reassembled (exact when no input() runs).
-  std::int64_t datagrams_pending() const { return table_.size(); }
-
- private:
   static config sanitize(config c) {
     if (c.max_fragments < 1) c.max_fragments = 1;
     if (c.buckets < 1) c.buckets = 1;

@@ -146,7 +146,8 @@ inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi) 
   std::uint8_t nh = h[6];
   std::uint32_t pos = 40, prev = 6;
   while (is_v6_extension(nh)) {
-    if (pos + 8 > ip.size()) return parse_status::malformed;
+    // Hop-by-hop options anywhere but first: Linux drops the packet (RFC 8200 4.1).
+    if (pos + 8 > ip.size() || (nh == 0 && pos != 40)) return parse_status::malformed;
     const std::uint32_t len = v6_extension_len(nh, h + pos);
     if (pos + len > ip.size()) return parse_status::malformed;
     prev = pos;

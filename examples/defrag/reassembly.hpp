@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -169,39 +170,101 @@ class small_vector {
   T inline_[N];
 };
 
-// A malloc'ed byte buffer that can grow with realloc.
+// Payload buffers come in power-of-two sizes from 2 KiB to 128 KiB and are recycled
+// through a small per-thread cache: under a flood every bogus datagram takes one and
+// an eviction gives one back, and a recycled buffer is still in cache when the next
+// fragment is copied into it (malloc would hand out cold memory, and glibc trims and
+// refaults the top of its heap). Bounded: at most cache_bytes per thread.
+class buffer_pool {
+ public:
+  static constexpr unsigned min_shift = 11, max_shift = 17;
+  static constexpr std::size_t cache_bytes = std::size_t{1} << 20;
+
+  static std::size_t size_class(std::size_t n) noexcept {
+    return n <= (std::size_t{1} << min_shift) ? min_shift : std::bit_width(n - 1);
+  }
+  static std::uint8_t* take(unsigned shift) {
+    if (shift <= max_shift) {
+      list& l = local().lists[shift - min_shift];
+      if (l.n > 0) {
+        local().bytes -= std::size_t{1} << shift;
+        return l.items[--l.n];
+      }
+    }
+    void* p = std::malloc(std::size_t{1} << shift);
+    if (!p) throw std::bad_alloc();
+    return static_cast<std::uint8_t*>(p);
+  }
+  static void give(std::uint8_t* p, unsigned shift) noexcept {
+    if (!p) return;
+    if (shift <= max_shift) {
+      pool& c = local();
+      list& l = c.lists[shift - min_shift];
+      if (l.n < list::cap && c.bytes + (std::size_t{1} << shift) <= cache_bytes) {
+        l.items[l.n++] = p;
+        c.bytes += std::size_t{1} << shift;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  struct list {
+    static constexpr std::size_t cap = 64;
+    std::uint8_t* items[cap];
+    std::size_t n = 0;
+  };
+  struct pool {
+    list lists[max_shift - min_shift + 1];
+    std::size_t bytes = 0;
+    ~pool() {
+      for (list& l : lists)
+        while (l.n > 0)
+          std::free(l.items[--l.n]);
+    }
+  };
+  static pool& local() noexcept {
+    thread_local pool p;
+    return p;
+  }
+};
+
+// A byte buffer of a power-of-two capacity from buffer_pool.
 class byte_buffer {
  public:
   byte_buffer() = default;
   byte_buffer(const byte_buffer&) = delete;
   byte_buffer& operator=(const byte_buffer&) = delete;
   byte_buffer(byte_buffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), cap_(std::exchange(o.cap_, 0)) {}
+      : p_(std::exchange(o.p_, nullptr)), shift_(std::exchange(o.shift_, 0)) {}
   byte_buffer& operator=(byte_buffer&& o) noexcept {
     if (this != &o) {
-      std::free(p_);
+      buffer_pool::give(p_, shift_);
       p_ = std::exchange(o.p_, nullptr);
-      cap_ = std::exchange(o.cap_, 0);
+      shift_ = std::exchange(o.shift_, 0);
     }
     return *this;
   }
-  ~byte_buffer() { std::free(p_); }
+  ~byte_buffer() { buffer_pool::give(p_, shift_); }
 
   std::uint8_t* data() noexcept { return p_; }
   const std::uint8_t* data() const noexcept { return p_; }
-  std::size_t capacity() const noexcept { return cap_; }
-  // Keeps the contents; new bytes are uninitialised.
-  void grow(std::size_t n) {
-    if (n <= cap_) return;
-    void* q = std::realloc(p_, n);
-    if (!q) throw std::bad_alloc();
-    p_ = static_cast<std::uint8_t*>(q);
-    cap_ = n;
+  std::size_t capacity() const noexcept { return p_ ? std::size_t{1} << shift_ : 0; }
+  // Keeps the first `keep` bytes; new bytes are uninitialised.
+  void grow(std::size_t n, std::size_t keep) {
+    if (n <= capacity()) return;
+    const auto shift = static_cast<unsigned>(buffer_pool::size_class(n));
+    std::uint8_t* q = buffer_pool::take(shift);
+    if (p_) std::memcpy(q, p_, std::min(keep, capacity()));
+    buffer_pool::give(p_, shift_);
+    p_ = q;
+    shift_ = shift;
   }
 
  private:
   std::uint8_t* p_ = nullptr;
-  std::size_t cap_ = 0;
+  unsigned shift_ = 0;
 };
 
 struct interval {
@@ -248,7 +311,7 @@ inline byte_buffer strip_atomic_fragment(const packet_info& pi, std::span<const 
                                          std::span<const std::uint8_t>& pkt) {
   const std::uint32_t len = pi.length - 8;
   byte_buffer b;
-  b.grow(len);
+  b.grow(len, 0);
   std::uint8_t* h = b.data();
   std::memcpy(h, ip.data(), pi.header_len);
   std::memcpy(h + pi.header_len, ip.data() + pi.payload_off, pi.length - pi.payload_off);
@@ -472,25 +535,24 @@ class datagram {
     if (s >= e) return;
     reserve(e);
     std::memcpy(buf_.data() + headroom_ + s, src, e - s);
+    stored_end_ = std::max(stored_end_, e);
   }
   void reserve(std::uint32_t payload_end) {
     const std::size_t need = headroom_ + payload_end;
     if (need <= buf_.capacity()) return;
-    std::size_t cap = last_in_ ? headroom_ + std::min(len_, max_ip_len)
-                               : std::max<std::size_t>(need, 2 * buf_.capacity());
-    cap = std::max(std::max(cap, need), std::size_t{1024});
-    buf_.grow(cap);
+    // Sized on the last fragment once it is in; powers of two meanwhile.
+    const std::size_t cap = last_in_ ? headroom_ + std::min(len_, max_ip_len) : need;
+    buf_.grow(std::max(cap, need), headroom_ + stored_end_);
   }
   // The header of the fragment at offset 0 becomes the datagram's.
   void take_header(const packet_info& pi, std::span<const std::uint8_t> ip) {
     const std::uint32_t h = pi.header_len;
     if (h > headroom_) {  // IPv6 with long extension headers: make room in front
-      const std::uint32_t grow = (h - headroom_ + 63) & ~63u;
-      const std::size_t used = buf_.capacity();
-      buf_.grow(used + grow);
-      if (used > headroom_)
-        std::memmove(buf_.data() + headroom_ + grow, buf_.data() + headroom_, used - headroom_);
-      headroom_ += grow;
+      const std::uint32_t more = (h - headroom_ + 63) & ~63u;
+      const std::size_t used = headroom_ + stored_end_;
+      buf_.grow(used + more, used);
+      std::memmove(buf_.data() + headroom_ + more, buf_.data() + headroom_, stored_end_);
+      headroom_ += more;
     }
     reserve(0);
     std::memcpy(buf_.data() + headroom_ - h, ip.data(), h);
@@ -504,8 +566,9 @@ class datagram {
   byte_buffer buf_;
   small_vector<interval, 6> iv_;
   std::uint32_t headroom_ = default_headroom;
-  std::uint32_t len_ = 0;   // end of the datagram's payload as far as known (q.len)
-  std::uint32_t meat_ = 0;  // payload bytes received, without overlaps
+  std::uint32_t len_ = 0;         // end of the datagram's payload as far as known (q.len)
+  std::uint32_t meat_ = 0;        // payload bytes received, without overlaps
+  std::uint32_t stored_end_ = 0;  // payload bytes [0, stored_end_) of buf_ may hold data
   std::uint32_t nfrags_ = 0;
   std::uint32_t hlen_ = 0;
   std::uint32_t max_size_ = 0, max_df_size_ = 0;

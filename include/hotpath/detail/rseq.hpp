@@ -154,15 +154,19 @@ enum class rseq_status { done, unavailable, over_limit };
 
 // The descriptor and the abort handler of one critical section spanning labels 1
 // (start) to 2 (just after the commit); 4 is the abort entry. Numeric labels are
-// local to the asm text, so the compiler may duplicate it freely.
+// local to the asm text, so the compiler may duplicate it freely. The "?" flag puts
+// both sections in the section group (COMDAT) of the function the asm lands in:
+// when the linker drops a duplicate out-of-line copy of an inline function from a
+// second translation unit, it drops that copy's descriptor with it; without the
+// flag the descriptor would point into the discarded text and the link fails.
 #define HOTPATH_RSEQ_PROLOGUE                                                    \
-  ".pushsection __rseq_cs, \"aw\"\n\t"                                           \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"                                          \
   ".balign 32\n\t"                                                               \
   "3:\n\t"                                                                       \
   ".long 0x0, 0x0\n\t"          /* version, flags */                             \
   ".quad 1f, (2f - 1f), 4f\n\t" /* start_ip, post_commit_offset, abort_ip */     \
   ".popsection\n\t"                                                              \
-  ".pushsection __rseq_failure, \"ax\"\n\t"                                      \
+  ".pushsection __rseq_failure, \"ax?\"\n\t"                                     \
   ".byte 0x0f, 0xb9, 0x3d\n\t" /* ud1 <sig>(%rip), %edi: traps if jumped into */ \
   ".long 0x53053053\n\t"       /* RSEQ_SIG, the 4 bytes before abort_ip */       \
   "4:\n\t"                                                                       \
