@@ -246,8 +246,11 @@ inline traffic generate(const options& o,
       a.dst = {10, 2, 0, 1};
     } else {
       a.src = {0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff};
-      for (int i = 6; i < 16; ++i)
-        a.src[i] = static_cast<std::uint8_t>(r >> (8 * (i - 6)));
+      std::uint64_t low = rnd();  // the last 8 bytes; the 2 before them from r
+      a.src[6] = static_cast<std::uint8_t>(r >> 40);
+      a.src[7] = static_cast<std::uint8_t>(r >> 48);
+      for (int i = 8; i < 16; ++i)
+        a.src[i] = static_cast<std::uint8_t>(low >> (8 * (i - 8)));
       a.dst = {0xfd, 0x00, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     }
     std::vector<std::uint8_t> part(payload_bytes, 0x5a);
