@@ -61,7 +61,7 @@ enum class counter {
   passthrough,         // unfragmented packets delivered unchanged
   reasm_reqds,         // ReasmReqds: fragments taken into reassembly
   reasm_oks,           // ReasmOKs: datagrams reassembled
-  reasm_fails,         // ReasmFails: datagrams (or fragments) given up
+  reasm_fails,         // ReasmFails: datagrams given up (timeouts and evictions included)
   reasm_timeout,       // ReasmTimeout: datagrams expired incomplete
   reasm_overlaps,      // ReasmOverlaps: linux: datagrams killed by an overlap; others: resolved
   duplicates,          // fragments dropped as lying inside received data
