@@ -37,3 +37,15 @@ if(HOTPATH_BUILD_BENCHMARKS)
     FetchContent_MakeAvailable(benchmark)
   endif()
 endif()
+
+# libpcap, for the defrag example's capture input and output (Debian: libpcap-dev).
+# Without it, hotpath-defrag and its tests are left out.
+find_path(HOTPATH_PCAP_INCLUDE_DIR pcap/pcap.h)
+find_library(HOTPATH_PCAP_LIBRARY pcap)
+if(HOTPATH_PCAP_INCLUDE_DIR AND HOTPATH_PCAP_LIBRARY)
+  add_library(hotpath_pcap INTERFACE IMPORTED)
+  target_include_directories(hotpath_pcap INTERFACE ${HOTPATH_PCAP_INCLUDE_DIR})
+  target_link_libraries(hotpath_pcap INTERFACE ${HOTPATH_PCAP_LIBRARY})
+else()
+  message(STATUS "libpcap not found: hotpath-defrag and its tests are not built")
+endif()

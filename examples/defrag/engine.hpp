@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// defrag::engine: IPv4/IPv6 reassembly shared by many worker threads.
+//
+//   defrag::engine e;                                   // linux policy, 4 MiB, 30/60 s
+//   e.input(capture_ns, ip_packet, [&](std::span<const std::uint8_t> pkt) { write(pkt); });
+//   e.expire(capture_ns, 64);                           // now and then: bounded sweep
+//
+// - Datagrams live in a hotpath::bucket_table keyed (src, dst, id, protocol) for IPv4
+//   and (src, dst, id) for IPv6; one lock per bucket, taken once per fragment. The
+//   hash is SipHash-1-3 with a random 128-bit key (the key is attacker-chosen).
+// - Memory is charged as the kernel charges it: every kept fragment costs the truesize
+//   of the skb that would hold it (truesize() below), every datagram its queue node;
+//   all of it to the table's percpu_counter against budget_bytes (ipfrag_high_thresh).
+// - Over the budget, the table evicts stale datagrams (expired first, else the least
+//   recently touched of a few sampled buckets) instead of refusing new ones, which is
+//   what lets live traffic through a flood that blacks out Linux (docs/defrag.md).
+// - A datagram's deadline is its creation + timeout (ipfrag_time; the kernel arms the
+//   timer once, at queue creation), in the caller's clock (capture time).
+// - Statistics are per-cpu counters (hotpath::percpu_stats), named after the kernel's
+//   IPSTATS_MIB_REASM* where one exists. Policy, timeouts and max_fragments are read
+//   through a hotpath::rcu_cell on every packet: reconfigure() changes them live.
+// - out() runs on the calling thread after the bucket lock is released; the packet it
+//   gets lives in the datagram's own buffer, handed out of the table under the lock.
+//   Unfragmented packets go out unchanged (cut to their IP length: no link padding);
+//   an IPv6 atomic fragment, which Linux delivers, goes out without its fragment header.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "hotpath/bucket_table.hpp"
+#include "hotpath/keyed_hash.hpp"
+#include "hotpath/percpu_counter.hpp"
+#include "hotpath/rcu_cell.hpp"
+#include "packet.hpp"
+#include "reassembly.hpp"
+
+namespace defrag {
+
+struct config {
+  policy pol = policy::linux;
+  std::int64_t budget_bytes = 4 << 20;          // high threshold, kernel truesize units
+  std::int64_t timeout_v4_ns = 30'000'000'000;  // ipfrag_time
+  std::int64_t timeout_v6_ns = 60'000'000'000;  // ip6frag_time
+  std::uint32_t max_fragments = 64;             // per datagram (>= 64)
+  std::size_t buckets = 4096;                   // fixed at construction
+};
+
+// Drop reasons and other counters; the kernel's names where they exist.
+enum class counter {
+  packets_in,          // every input() call
+  fragments_in,        // packets that carried a fragment (IPv4 MF/offset, IPv6 fragment header)
+  datagrams_out,       // out() calls: reassembled + passthrough
+  passthrough,         // unfragmented packets delivered unchanged
+  reasm_reqds,         // ReasmReqds: fragments taken into reassembly
+  reasm_oks,           // ReasmOKs: datagrams reassembled
+  reasm_fails,         // ReasmFails: datagrams given up (timeouts and evictions included)
+  reasm_timeout,       // ReasmTimeout: datagrams expired incomplete
+  reasm_overlaps,      // ReasmOverlaps: linux: datagrams killed by an overlap; others: resolved
+  duplicates,          // fragments dropped as lying inside received data
+  evictions,           // incomplete datagrams evicted to make room (flood)
+  malformed,           // unparsable headers
+  too_long,            // datagram end beyond 65535
+  odd_length,          // non-last fragment not a multiple of 8: IPv6 dropped, IPv4 trimmed
+  too_many_fragments,  // more than max_fragments
+  over_budget,         // fragment refused: memory budget exhausted even after eviction
+  count_
+};
+
+inline constexpr std::array<std::string_view, static_cast<std::size_t>(counter::count_)>
+    counter_names = {"packets_in",     "fragments_in", "datagrams_out",      "passthrough",
+                     "reasm_reqds",    "reasm_oks",    "reasm_fails",        "reasm_timeout",
+                     "reasm_overlaps", "duplicates",   "evictions",          "malformed",
+                     "too_long",       "odd_length",   "too_many_fragments", "over_budget"};
+
+inline std::string_view name(counter c) {
+  return counter_names[static_cast<std::size_t>(c)];
+}
+
+struct stats {
+  std::array<std::int64_t, static_cast<std::size_t>(counter::count_)> v{};
+  std::int64_t memory_bytes = 0;
+  std::int64_t peak_memory_bytes = 0;
+  std::int64_t operator[](counter c) const { return v[static_cast<std::size_t>(c)]; }
+};
+
+// Kernel truesize of the skb holding an IP packet of ip_len bytes received on
+// Ethernet: the data buffer (NET_SKB_PAD headroom + frame, rounded up to the
+// power-of-two size a driver's page fragment takes) plus struct sk_buff and
+// skb_shared_info. A 1500-byte fragment costs 2816 bytes, so a 64 KiB datagram
+// (45 fragments) about 127 KB, as measured on Linux (about 130 KB).
+inline std::int64_t truesize(std::uint32_t ip_len) noexcept {
+  return 768 + static_cast<std::int64_t>(std::bit_ceil(ip_len + 14u + 64u));
+}
+
+// The table's hash: SipHash-1-3 over the key bytes in use (16 for IPv4, 40 for IPv6).
+class datagram_hash {
+ public:
+  datagram_hash() : key_(hotpath::hash_key::random()) {}
+  explicit datagram_hash(hotpath::hash_key k) noexcept : key_(k) {}
+  std::uint64_t operator()(const datagram_key& k) const noexcept {
+    return hotpath::siphash13(key_, &k, k.hashed_size());
+  }
+
+ private:
+  hotpath::hash_key key_;
+};
+
+class engine {
+  static constexpr std::size_t ncounters = static_cast<std::size_t>(counter::count_);
+  using table_type = hotpath::bucket_table<datagram_key, datagram, datagram_hash>;
+
+ public:
+  // `hash` fixes the table's hash key (reproducible tests); by default it is random.
+  explicit engine(config c = {}, std::optional<hotpath::hash_key> hash = std::nullopt)
+      : initial_(sanitize(c)),
+        live_(initial_),
+        table_(table_options(initial_),
+               {.on_expire = [this](auto&) { count_loss(counter::reasm_timeout); },
+                .on_evict = [this](auto&) { count_loss(counter::evictions); }},
+               hash ? datagram_hash(*hash) : datagram_hash()) {}
+
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Thread-safe: many workers call input() at once. `ip` starts at the IPv4 or IPv6
+  // header (link layer already stripped); now_ns is capture time. For every packet a
+  // host would deliver (a reassembled datagram, rebuilt as the host sees it, or an
+  // unfragmented packet unchanged) calls out(std::span<const std::uint8_t>) exactly once,
+  // from the calling thread, outside any table lock. Anything not delivered is counted.
+  template <class Out>
+  void input(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
+    inc(counter::packets_in);
+    handle(now_ns, ip, out, 0);
+  }
+
+  // Expires datagrams past their deadline, touching at most max_buckets buckets.
+  std::size_t expire(std::int64_t now_ns, std::size_t max_buckets) {
+    return table_.sweep(now_ns, max_buckets);
+  }
+
+  stats snapshot() const {
+    stats s;
+    for (std::size_t g = 0; g < stats_.size(); ++g) {
+      const auto part = stats_[g].snapshot();
+      for (std::size_t f = 0; f < stats_group && g * stats_group + f < ncounters; ++f)
+        s.v[g * stats_group + f] = part[f];
+    }
+    s.memory_bytes = table_.charged();
+    note_peak(s.memory_bytes);
+    // Relaxed: a statistic (see note_peak).
+    s.peak_memory_bytes = peak_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  // Changes policy, timeouts and max_fragments while running (datagrams already
+  // queued keep their deadline). `buckets` and `budget_bytes` are fixed at
+  // construction; the values given for them are ignored.
+  void reconfigure(const config& c) {
+    config n = sanitize(c);
+    n.buckets = initial_.buckets;
+    n.budget_bytes = initial_.budget_bytes;
+    live_.store(n);
+  }
+
+  const config& initial_config() const { return initial_; }
+  config current_config() const { return *live_.read(); }
+  // Datagrams being reassembled (exact when no input() runs).
+  std::int64_t datagrams_pending() const { return table_.size(); }
+
+ private:
+  // Linux hands the packet that an IPv6 fragment header released (an atomic fragment,
+  // or a reassembled datagram) back to the IPv6 input path: a malformed header after
+  // it drops it, another fragment header is reassembled again. So do we, up to a
+  // depth (each level strips 8 bytes; beyond it the packet is counted malformed).
+  static constexpr unsigned max_depth = 4;
+
+  template <class Out>
+  void handle(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out& out, unsigned depth) {
+    packet_info pi;
+    if (parse(ip, pi) != parse_status::ok) return inc(counter::malformed);
+    if (pi.atomic) {  // ipv6_frag_rcv lets it through, counted ReasmOKs
+      inc(counter::fragments_in);
+      inc(counter::reasm_reqds);
+      inc(counter::reasm_oks);
+      std::span<const std::uint8_t> pkt;
+      byte_buffer b = strip_atomic_fragment(pi, ip, pkt);
+      return deliver(now_ns, pkt, out, depth);
+    }
+    if (!pi.fragment) {
+      if (depth == 0) inc(counter::passthrough);
+      inc(counter::datagrams_out);
+      out(ip.first(pi.length));  // without link-layer padding
+      return;
+    }
+    inc(counter::fragments_in);
+    inc(counter::reasm_reqds);
+    policy pol;
+    std::int64_t timeout;
+    std::uint32_t max_fragments;
+    {
+      auto cfg = live_.read();
+      pol = cfg->pol;
+      timeout = pi.family == 4 ? cfg->timeout_v4_ns : cfg->timeout_v6_ns;
+      max_fragments = cfg->max_fragments;
+    }
+    const std::int64_t cost = truesize(pi.length);
+    std::span<const std::uint8_t> pkt;
+    byte_buffer done;  // the completed datagram, carried out of the bucket lock
+    auto visit = [&](table_type::entry& e) -> add_result {
+      if (e.created()) e.set_deadline(hotpath::detail::saturating_add(now_ns, timeout));
+      if (!e.charge(cost)) {  // over budget even after evicting
+        if (e.value().fragments() == 0) e.erase();
+        return {outcome::dropped, why::none};
+      }
+      add_result r = e.value().add(pi, ip, pol, max_fragments);
+      switch (r.what) {
+        case outcome::queued:
+          break;
+        case outcome::complete:
+          done = e.value().release(pkt);
+          e.erase();
+          break;
+        case outcome::duplicate:
+        case outcome::dropped:
+          e.charge(-cost);
+          if (e.value().fragments() == 0) e.erase();
+          break;
+        case outcome::killed:
+          e.erase();
+          break;
+      }
+      return r;
+    };
+    std::optional<add_result> r = table_.find_or_create(pi.key, now_ns, visit);
+    if (!r) return inc(counter::over_budget);  // no room for a new datagram
+    sample_peak();
+    if (r->trimmed) inc(counter::odd_length);
+    if (r->overlapped) inc(counter::reasm_overlaps);
+    switch (r->what) {
+      case outcome::queued:
+        return;
+      case outcome::complete:
+        inc(counter::reasm_oks);
+        return deliver(now_ns, pkt, out, depth);
+      case outcome::duplicate:
+        return inc(counter::duplicates);
+      case outcome::dropped:
+        return inc(drop_counter(r->reason));
+      case outcome::killed:
+        if (r->reason == why::overlap) inc(counter::reasm_overlaps);
+        if (r->reason == why::too_long) inc(counter::too_long);
+        return inc(counter::reasm_fails);
+    }
+  }
+
+  template <class Out>
+  void deliver(std::int64_t now_ns, std::span<const std::uint8_t> pkt, Out& out, unsigned depth) {
+    if (pkt[0] >> 4 == 6) {
+      if (depth + 1 >= max_depth) return inc(counter::malformed);
+      return handle(now_ns, pkt, out, depth + 1);
+    }
+    inc(counter::datagrams_out);
+    out(pkt);
+  }
+
+  static config sanitize(config c) {
+    if (c.max_fragments < 1) c.max_fragments = 1;
+    if (c.buckets < 1) c.buckets = 1;
+    return c;
+  }
+  static hotpath::bucket_table_options table_options(const config& c) {
+    hotpath::bucket_table_options o;
+    o.buckets = c.buckets;
+    o.budget = c.budget_bytes;
+    return o;
+  }
+  static counter drop_counter(why w) noexcept {
+    switch (w) {
+      case why::odd_length:
+        return counter::odd_length;
+      case why::too_long:
+        return counter::too_long;
+      case why::too_many_fragments:
+        return counter::too_many_fragments;
+      default:
+        return counter::over_budget;  // why::none: the charge was refused
+    }
+  }
+
+  void inc(counter c) noexcept {
+    const auto i = static_cast<std::size_t>(c);
+    stats_[i / stats_group].inc(i % stats_group);
+  }
+  // A datagram given up: the kernel counts ReasmFails beside the reason.
+  void count_loss(counter c) noexcept {
+    inc(c);
+    inc(counter::reasm_fails);
+  }
+  // The peak is sampled (every 64th fragment of each thread, and at snapshot()):
+  // charged() reads every cpu's slot, too dear for every fragment.
+  void sample_peak() {
+    thread_local unsigned n = 0;
+    if ((++n & 63) == 0) note_peak(table_.charged());
+  }
+  void note_peak(std::int64_t m) const noexcept {
+    // Relaxed: a statistic; the CAS only keeps the maximum.
+    std::int64_t p = peak_.load(std::memory_order_relaxed);
+    while (m > p && !peak_.compare_exchange_weak(p, m, std::memory_order_relaxed)) {
+    }
+  }
+
+  const config initial_;
+  hotpath::rcu_cell<config> live_;
+  // Groups of 4: percpu_stats<N> aligns its per-cpu slot to 16 N bytes, and clang
+  // rejects percpu's cache-line-aligned cell around a slot aligned beyond a line.
+  static constexpr std::size_t stats_group = 4;
+  std::array<hotpath::percpu_stats<stats_group>, (ncounters + stats_group - 1) / stats_group>
+      stats_;
+  alignas(hotpath::cache_line_size) mutable std::atomic<std::int64_t> peak_{0};
+  table_type table_;
+};
+
+}  // namespace defrag

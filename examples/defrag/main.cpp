@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: MIT
+// hotpath-defrag: reassembles the IPv4/IPv6 fragments of a capture (or of traffic made in
+// process) with worker threads sharing one defrag::engine, and writes every datagram a
+// host would deliver.
+#include <malloc.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "driver.hpp"
+#include "engine.hpp"
+#include "pcap_io.hpp"
+#include "synthetic.hpp"
+
+namespace {
+
+constexpr std::string_view usage = R"(usage: hotpath-defrag [options] INPUT -w OUTPUT
+       hotpath-defrag [options] --synthetic [-w OUTPUT]
+
+Reassembles the IPv4 and IPv6 fragments of INPUT (pcap or pcapng: Ethernet with or
+without VLAN tags, raw IPv4/IPv6, BSD loopback, Linux cooked SLL/SLL2) with worker
+threads sharing one engine, and writes to OUTPUT (a pcap of LINKTYPE_RAW, nanosecond
+timestamps) every packet a host would deliver: each reassembled datagram, rebuilt as the
+host sees it, and each unfragmented IP packet unchanged. Time is capture time.
+
+Packets are spread across workers as RSS would: by addresses, protocol and ports where
+the ports are visible (unfragmented packets, first fragments), else by addresses alone,
+so the fragments of one datagram reach different workers.
+
+Output order: by the capture position of the packet that completed each datagram (for an
+unfragmented packet, itself), stamped with that packet's time. With one worker this is
+the order of completion and is reproducible; with several, which fragment of a datagram
+completes it can vary from run to run, so compare outputs as multisets of datagrams.
+
+options:
+  -w, --write FILE   the output capture ("-": standard output); none if absent
+  --policy P         overlap policy: linux (default: Linux 6.x), first, last, bsd,
+                     bsd-right, linux-legacy, windows, solaris
+  --threads N        worker threads sharing one engine (default: 1)
+  --global-lock      one std::mutex around the whole engine: the baseline that the
+                     per-bucket locking is measured against
+  --budget BYTES     memory budget, in the kernel's truesize units (default: 4194304);
+                     a suffix k or M multiplies by 1024 or 1048576
+  --timeout S        reassembly timeout in seconds of capture time, IPv4 and IPv6
+                     (default: 30 for IPv4, 60 for IPv6, as Linux)
+  --buckets N        buckets of the engine's table (default: 4096)
+  --window N         most packets (in capture order) a worker may run ahead of the
+                     slowest one, as packets that arrive together are handled together
+                     (default: 256; larger lets workers drift apart in capture time)
+  --repeat N         after the first pass (the one written), replay the capture from
+                     memory N more times, each on a fresh engine, and report
+                     ns_per_fragment: the median pass's wall time over fragments in
+                     (reading and writing excluded), and cpu_ns_per_fragment: the
+                     same from the workers' CPU time (default: 0)
+  --json FILE        also write the summary as JSON ("-": standard output)
+  --synthetic        make the traffic in process instead of reading INPUT: legit
+                     fragmented UDP datagrams (IPv4 and IPv6, 1800 to 24000 bytes)
+  --datagrams N      legit datagrams (default: 20000 / (1 + R); 300 with --blackout)
+  --flood R          R bogus first fragments, never completed, per legit fragment
+  --blackout         first 1766 bogus 1480-byte first fragments at once, then the
+                     legit datagrams spread over the next 25 s of capture time
+  --seed N           seed of the synthetic traffic (default: 1)
+  --help             this text
+
+Exit status: 0 on success (also for a capture cut short inside a record: the records
+before the cut are used, and the summary says so), 1 if the input cannot be read as a
+capture or the output cannot be written, 2 on bad options.
+)";
+
+struct options {
+  std::string input, output, json;
+  defrag::driver::run_options run;
+  bool synthetic = false;
+  defrag::synthetic::options syn;
+  bool help = false;
+};
+
+struct bad_option : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class T>
+T parse_number(std::string_view opt, std::string_view s, T lo, T hi) {
+  T v{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || s.empty() || v < lo || v > hi) {
+    std::ostringstream m;
+    m << opt << ": expected a number from " << lo << " to " << hi << ", got '" << s << "'";
+    throw bad_option(m.str());
+  }
+  return v;
+}
+
+double parse_real(std::string_view opt, std::string_view s, double lo, double hi) {
+  std::string str(s);
+  char* end = nullptr;
+  double v = std::strtod(str.c_str(), &end);
+  if (str.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) {
+    std::ostringstream m;
+    m << opt << ": expected a number from " << lo << " to " << hi << ", got '" << s << "'";
+    throw bad_option(m.str());
+  }
+  return v;
+}
+
+std::int64_t parse_bytes(std::string_view opt, std::string_view s) {
+  std::int64_t mult = 1;
+  if (!s.empty() && (s.back() == 'k' || s.back() == 'K')) mult = 1024;
+  if (!s.empty() && s.back() == 'M') mult = 1 << 20;
+  if (mult != 1) s.remove_suffix(1);
+  constexpr std::int64_t most = std::int64_t{1} << 40;
+  return parse_number<std::int64_t>(opt, s, 1, most / mult) * mult;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= args.size()) throw bad_option(std::string(a) + ": needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "-w" || a == "--write") {
+      o.output = value();
+    } else if (a == "--policy") {
+      std::string_view v = value();
+      auto p = defrag::parse_policy(v);
+      if (!p) throw bad_option("--policy: unknown policy '" + std::string(v) + "'");
+      o.run.cfg.pol = *p;
+    } else if (a == "--threads") {
+      o.run.threads = parse_number<unsigned>(a, value(), 1, 256);
+    } else if (a == "--global-lock") {
+      o.run.global_lock = true;
+    } else if (a == "--budget") {
+      o.run.cfg.budget_bytes = parse_bytes(a, value());
+    } else if (a == "--timeout") {
+      double s = parse_real(a, value(), 0.001, 86400);
+      o.run.cfg.timeout_v4_ns = o.run.cfg.timeout_v6_ns = static_cast<std::int64_t>(s * 1e9);
+    } else if (a == "--buckets") {
+      o.run.cfg.buckets = parse_number<std::size_t>(a, value(), 1, std::size_t{1} << 24);
+    } else if (a == "--window") {
+      o.run.window = parse_number<std::size_t>(a, value(), 1, std::size_t{1} << 40);
+    } else if (a == "--repeat") {
+      o.run.repeat = parse_number<unsigned>(a, value(), 0, 100000);
+    } else if (a == "--json") {
+      o.json = value();
+    } else if (a == "--synthetic") {
+      o.synthetic = true;
+    } else if (a == "--datagrams") {
+      o.syn.datagrams = parse_number<std::uint64_t>(a, value(), 1, 100'000'000);
+    } else if (a == "--flood") {
+      o.syn.flood = parse_real(a, value(), 0, 1000);
+    } else if (a == "--blackout") {
+      o.syn.blackout = true;
+    } else if (a == "--seed") {
+      o.syn.seed = parse_number<std::uint64_t>(a, value(), 0, ~std::uint64_t{0});
+    } else if (a.size() > 1 && a[0] == '-') {
+      throw bad_option("unknown option '" + std::string(a) + "'");
+    } else if (o.input.empty()) {
+      o.input = a;
+    } else {
+      throw bad_option("more than one INPUT ('" + o.input + "', '" + std::string(a) + "')");
+    }
+  }
+  if (o.help) return o;
+  if (o.synthetic && !o.input.empty())
+    throw bad_option("--synthetic makes its own traffic: no INPUT");
+  if (!o.synthetic && o.input.empty()) throw bad_option("no INPUT (or --synthetic)");
+  if (!o.synthetic && (o.syn.flood != 0 || o.syn.blackout || o.syn.datagrams != 0))
+    throw bad_option("--datagrams, --flood and --blackout need --synthetic");
+  return o;
+}
+
+std::string link_name(int dlt) {
+  if (dlt < 0) return "synthetic";
+  const char* n = pcap_datalink_val_to_description(dlt);
+  return n ? n : std::to_string(dlt);
+}
+
+struct legit_tally {
+  std::uint64_t sent = 0, delivered = 0, repeated = 0, other = 0;
+};
+
+legit_tally tally_legit(const defrag::driver::run_result& r, std::uint64_t sent) {
+  legit_tally t;
+  t.sent = sent;
+  std::vector<bool> seen(sent, false);
+  for (const auto& d : r.out) {
+    auto seq = defrag::synthetic::legit_sequence(r.datagram(d));
+    if (!seq || *seq >= sent) {
+      ++t.other;
+    } else if (seen[*seq]) {
+      ++t.repeated;
+    } else {
+      seen[*seq] = true;
+      ++t.delivered;
+    }
+  }
+  return t;
+}
+
+struct report {
+  const options& o;
+  const defrag::pcap_io::capture& cap;
+  const defrag::driver::run_result& r;
+  std::optional<legit_tally> legit;
+};
+
+void print_summary(std::ostream& os, const report& rep) {
+  using defrag::counter;
+  const auto& st = rep.r.first;
+  const auto& o = rep.o;
+  os << "hotpath-defrag: " << (o.synthetic ? "synthetic traffic" : o.input) << " ("
+     << link_name(rep.cap.link_type) << "), policy " << defrag::name(o.run.cfg.pol) << ", "
+     << o.run.threads << (o.run.threads == 1 ? " worker" : " workers") << ", "
+     << (o.run.global_lock ? "one global lock" : "per-bucket locks") << "\n";
+  auto line = [&](std::string_view what, std::int64_t v, std::string_view note = {}) {
+    os << "  " << what << std::string(what.size() < 22 ? 22 - what.size() : 1, ' ') << v;
+    if (!note.empty()) os << "  " << note;
+    os << "\n";
+  };
+  line("frames in", rep.cap.frames_in);
+  line("  not IP", rep.cap.not_ip);
+  line("  snapped", rep.cap.snapped, "(cut short by the capture's snap length)");
+  line("  short link header", rep.cap.short_link);
+  if (rep.cap.truncated)
+    os << "  the capture ends inside a record: " << rep.cap.truncation_message << "\n";
+  line("packets in", st[counter::packets_in]);
+  line("fragments in", st[counter::fragments_in]);
+  line("datagrams out", st[counter::datagrams_out]);
+  line("  reassembled", st[counter::reasm_oks]);
+  line("  passed through", st[counter::passthrough]);
+  os << "  drops and other counters:\n";
+  for (std::size_t c = 0; c < static_cast<std::size_t>(counter::count_); ++c) {
+    auto k = static_cast<counter>(c);
+    if (k == counter::packets_in || k == counter::fragments_in || k == counter::datagrams_out ||
+        k == counter::passthrough || k == counter::reasm_oks)
+      continue;
+    line("  " + std::string(defrag::name(k)), st[k]);
+  }
+  line("incomplete at end", rep.r.pending_at_end, "(expired once the capture ended)");
+  std::int64_t budget = o.run.cfg.budget_bytes;
+  std::ostringstream pct;
+  pct.precision(1);
+  pct << std::fixed << "of " << budget << " budget ("
+      << 100.0 * static_cast<double>(st.peak_memory_bytes) / static_cast<double>(budget) << "%)";
+  line("peak memory bytes", st.peak_memory_bytes, pct.str());
+  if (rep.legit) {
+    std::ostringstream n;
+    n.precision(2);
+    n << std::fixed << "of " << rep.legit->sent << " ("
+      << 100.0 * static_cast<double>(rep.legit->delivered) /
+             static_cast<double>(std::max<std::uint64_t>(1, rep.legit->sent))
+      << "%)";
+    line("legit delivered", static_cast<std::int64_t>(rep.legit->delivered), n.str());
+    line("  other datagrams", static_cast<std::int64_t>(rep.legit->other));
+  }
+  if (rep.r.ns_per_fragment >= 0) {
+    std::ostringstream n;
+    n.precision(1);
+    n << std::fixed << rep.r.ns_per_fragment;
+    n << " (CPU time: " << rep.r.cpu_ns_per_fragment << ")";
+    os << "  ns per fragment       " << n.str() << "  (median of " << o.run.repeat
+       << " passes from memory)\n";
+  }
+}
+
+void write_json(std::ostream& os, const report& rep) {
+  using defrag::counter;
+  const auto& st = rep.r.first;
+  const auto& o = rep.o;
+  auto str = [](std::string_view s) {
+    std::string q = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') {
+        q += '\\';
+        q += ch;
+      } else if (static_cast<unsigned char>(ch) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+        q += buf;
+      } else {
+        q += ch;
+      }
+    }
+    return q + "\"";
+  };
+  os << "{\n";
+  os << "  \"input\": " << str(o.synthetic ? "synthetic" : o.input) << ",\n";
+  os << "  \"link_type\": " << str(link_name(rep.cap.link_type)) << ",\n";
+  os << "  \"policy\": " << str(defrag::name(o.run.cfg.pol)) << ",\n";
+  os << "  \"threads\": " << o.run.threads << ",\n";
+  os << "  \"global_lock\": " << (o.run.global_lock ? "true" : "false") << ",\n";
+  os << "  \"frames_in\": " << rep.cap.frames_in << ",\n";
+  os << "  \"not_ip\": " << rep.cap.not_ip << ",\n";
+  os << "  \"snapped\": " << rep.cap.snapped << ",\n";
+  os << "  \"short_link\": " << rep.cap.short_link << ",\n";
+  os << "  \"truncated_records\": " << (rep.cap.truncated ? 1 : 0) << ",\n";
+  for (std::size_t c = 0; c < static_cast<std::size_t>(counter::count_); ++c)
+    os << "  " << str(defrag::name(static_cast<counter>(c))) << ": " << st[static_cast<counter>(c)]
+       << ",\n";
+  os << "  \"pending_at_end\": " << rep.r.pending_at_end << ",\n";
+  os << "  \"peak_memory_bytes\": " << st.peak_memory_bytes << ",\n";
+  os << "  \"budget_bytes\": " << o.run.cfg.budget_bytes << ",\n";
+  if (rep.legit) {
+    os << "  \"legit_sent\": " << rep.legit->sent << ",\n";
+    os << "  \"legit_delivered\": " << rep.legit->delivered << ",\n";
+    os << "  \"other_delivered\": " << rep.legit->other << ",\n";
+  }
+  os << "  \"pass_ns\": [";
+  for (std::size_t i = 0; i < rep.r.pass_ns.size(); ++i)
+    os << (i ? ", " : "") << rep.r.pass_ns[i];
+  os << "],\n";
+  os << "  \"pass_cpu_ns\": [";
+  for (std::size_t i = 0; i < rep.r.pass_cpu_ns.size(); ++i)
+    os << (i ? ", " : "") << rep.r.pass_cpu_ns[i];
+  os << "],\n";
+  os << "  \"repeat\": " << o.run.repeat << ",\n";
+  if (rep.r.cpu_ns_per_fragment >= 0)
+    os << "  \"cpu_ns_per_fragment\": " << rep.r.cpu_ns_per_fragment << ",\n";
+  os << "  \"ns_per_fragment\": ";
+  if (rep.r.ns_per_fragment >= 0)
+    os << rep.r.ns_per_fragment;
+  else
+    os << "null";
+  os << "\n}\n";
+}
+
+int run(const options& o) {
+  using namespace defrag;
+  pcap_io::capture cap;
+  synthetic::traffic syn;
+  if (o.synthetic) {
+    syn = synthetic::generate(o.syn, [](std::uint64_t done, std::uint64_t total) {
+      std::cerr << "hotpath-defrag: generating traffic: " << done << "/" << total
+                << " legit datagrams\n";
+    });
+    cap = std::move(syn.cap);
+    cap.frames_in = static_cast<std::int64_t>(cap.packets.size());
+  } else {
+    cap = pcap_io::read_capture(o.input);
+    if (cap.truncated)
+      std::cerr << "hotpath-defrag: warning: " << o.input << " is truncated ("
+                << cap.truncation_message << "); using the " << cap.frames_in
+                << " complete records before the cut\n";
+  }
+  driver::run_options ro = o.run;
+  ro.progress = [](const std::string& s) { std::cerr << "hotpath-defrag: " << s << "\n"; };
+  driver::run_result r = driver::run(cap, ro);
+
+  if (!o.output.empty()) {
+    pcap_io::writer w(o.output);
+    for (const auto& d : r.out)
+      w.write(d.ts_ns, r.datagram(d));
+    w.close();
+  }
+  report rep{o, cap, r, std::nullopt};
+  if (o.synthetic) rep.legit = tally_legit(r, syn.legit_datagrams);
+  bool summary_on_stdout = o.output != "-" && o.json != "-";
+  print_summary(summary_on_stdout ? std::cout : std::cerr, rep);
+  if (!o.json.empty()) {
+    if (o.json == "-") {
+      write_json(std::cout, rep);
+    } else {
+      std::ofstream f(o.json);
+      write_json(f, rep);
+      f.close();
+      if (!f) throw pcap_io::input_error(o.json + ": cannot write the JSON summary");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Reassembly buffers come and go by the million: keep freed memory in the process
+  // (as the kernel's slab caches do) rather than giving it back to the OS and faulting
+  // it in again, and never mmap a buffer of a 64 KiB datagram on its own.
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const bad_option& e) {
+    std::cerr << "hotpath-defrag: " << e.what() << "\n(try --help)\n";
+    return 2;
+  }
+  if (o.help) {
+    std::cout << usage;
+    return 0;
+  }
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::cerr << "hotpath-defrag: " << e.what() << "\n";
+    return 1;
+  }
+}
