@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The showdown in one command: build hotpath-showdown (release preset) unless its
-# path is given, run every benchmark (3 interleaved repetitions), write
+# path is given, run every benchmark (5 interleaved repetitions), write
 #   docs/results/showdown.json          Google Benchmark's JSON
 #   docs/results/showdown-machine.json  cores, CPU model, load average, kernel, date, peers
 # and draw docs/img/showdown-*.svg (benchmarks/peers/plot.py, python3-matplotlib).
@@ -23,8 +23,9 @@ pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo none; }
 load_before=$(load)
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
-"$bin" --benchmark_min_time=0.2 --benchmark_repetitions=3 \
-  --benchmark_enable_random_interleaving=true \
+# Aggregates only (mean, median, stddev, cv of the 5): the file stays small.
+"$bin" --benchmark_min_time=0.2 --benchmark_repetitions=5 \
+  --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/showdown.json" --benchmark_out_format=json "$@"
 
 model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -51,8 +52,10 @@ cat >"$out/showdown-machine.json" <<JSON
 JSON
 echo "showdown: wrote $out/showdown.json and showdown-machine.json"
 
-if python3 -c 'import matplotlib' 2>/dev/null; then
-  python3 "$src/benchmarks/peers/plot.py" "$out" "$src/docs/img"
-else
-  echo "showdown: python3-matplotlib not installed, no plots (apt-get install python3-matplotlib)"
-fi
+# Debian's python3 has python3-matplotlib; a python3 earlier in PATH may not.
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import matplotlib' 2>/dev/null; then
+    exec "$py" "$src/benchmarks/peers/plot.py" "$out" "$src/docs/img"
+  fi
+done
+echo "showdown: python3-matplotlib not installed, no plots (apt-get install python3-matplotlib)"
