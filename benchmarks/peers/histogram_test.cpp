@@ -43,7 +43,7 @@ TEST(latency_histogram, percentiles_within_bucket_width) {
   ASSERT_EQ(a.count(), samples.size());
   for (double p : {0.0, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0}) {
     const double want = exact(samples, p);
-    EXPECT_NEAR(a.percentile(p), want, want / 16 + 1) << "p=" << p;
+    EXPECT_NEAR(a.percentile(p), want, want / 32 + 1) << "p=" << p;  // half a bucket
   }
 }
 
