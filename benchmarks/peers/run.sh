@@ -29,7 +29,8 @@ start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   --benchmark_out="$out/showdown.json" --benchmark_out_format=json "$@"
 
 model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-virt=$(systemd-detect-virt 2>/dev/null || true)
+virt=$( (systemd-detect-virt --vm; systemd-detect-virt --container) 2>/dev/null | grep -v '^none$' |
+  paste -sd+ -) || true
 cat >"$out/showdown-machine.json" <<JSON
 {
   "date": "$start",

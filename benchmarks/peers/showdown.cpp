@@ -3,6 +3,7 @@
 //   --threads=1,2,4,8,16   thread counts of the windowed benchmarks
 //   --window_ms=300        wall-clock window of each windowed point
 // Exits non-zero when a benchmark found a wrong result (a lost update, a bad sum).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -37,12 +38,8 @@ int main(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i)
     if (i == 0 || !parse(argv[i], o)) rest.push_back(argv[i]);
-  for (int t : o.threads)
-    if (t < 1) {
-      std::cerr << "hotpath-showdown: bad --threads\n";
-      return 2;
-    }
-  if (o.window_ms < 1 || o.threads.empty()) {
+  if (o.window_ms < 1 || o.threads.empty() ||
+      std::any_of(o.threads.begin(), o.threads.end(), [](int t) { return t < 1; })) {
     std::cerr << "hotpath-showdown: bad --window_ms or --threads\n";
     return 2;
   }
