@@ -23,8 +23,10 @@ pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo none; }
 load_before=$(load)
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
-# Aggregates only (mean, median, stddev, cv of the 5): the file stays small.
-"$bin" --benchmark_min_time=0.2 --benchmark_repetitions=5 \
+# Aggregates only (mean, median, stddev, cv of the 5): the file stays small. Run from
+# the binary's directory so that the JSON names no path of this machine.
+cd "$(dirname "$bin")"
+"./$(basename "$bin")" --benchmark_min_time=0.2 --benchmark_repetitions=5 \
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/showdown.json" --benchmark_out_format=json "$@"
 
