@@ -9,7 +9,6 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -19,6 +18,7 @@
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/rcu.hpp"
 #include "hotpath/rcu_cell.hpp"
+#include "support/rcu_bench.hpp"
 
 #if defined(HOTPATH_HAVE_URCU)
 #define _LGPL_SOURCE
@@ -126,52 +126,18 @@ BENCHMARK(read_urcu_memb)->Apply(threads_1_2);
 #endif
 
 // range(0) registered readers that have run one read-side section and now sleep.
-template <class Register, class Unregister>
-class idle_readers {
- public:
-  idle_readers(int n, Register reg, Unregister unreg) {
-    for (int i = 0; i < n; ++i) {
-      pool_.emplace_back([this, reg, unreg] {
-        reg();
-        std::unique_lock l(m_);
-        ++ready_;
-        cv_.notify_all();
-        cv_.wait(l, [this] { return stop_; });
-        l.unlock();
-        unreg();
-      });
-    }
-    std::unique_lock l(m_);
-    cv_.wait(l, [&] { return ready_ == n; });
-  }
-  ~idle_readers() {
-    {
-      std::scoped_lock l(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : pool_)
-      t.join();
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  int ready_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> pool_;
-};
+using hotpath::bench::idle_readers;
 
 void synchronize_rcu_domain(benchmark::State& state) {
   auto reg = [] { std::scoped_lock r(hotpath::rcu_default_domain()); };
-  idle_readers readers(static_cast<int>(state.range(0)), reg, [] {});
+  auto readers = idle_readers(static_cast<int>(state.range(0)), reg, [] {});
   for (auto _ : state)
     hotpath::rcu_synchronize();
   finish(state);
 }
 
 void synchronize_membarrier_only(benchmark::State& state) {
-  idle_readers readers(
+  auto readers = idle_readers(
       static_cast<int>(state.range(0)), [] {}, [] {});
   for (auto _ : state)
     hotpath::detail::heavy_fence();
@@ -181,7 +147,7 @@ void synchronize_membarrier_only(benchmark::State& state) {
 #if defined(HOTPATH_HAVE_URCU)
 void synchronize_urcu_memb(benchmark::State& state) {
   urcu_memb_register_thread();  // the caller is a registered reader too, as in ours
-  idle_readers readers(
+  auto readers = idle_readers(
       static_cast<int>(state.range(0)), [] { urcu_memb_register_thread(); },
       [] { urcu_memb_unregister_thread(); });
   for (auto _ : state)

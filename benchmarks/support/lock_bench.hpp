@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: MIT
-// Lock benchmark bodies shared by the per-primitive files, and the baselines they
-// are compared with in the same run: std::mutex and a plain test-and-set spinlock.
+// Lock benchmark bodies shared by the per-primitive files and the showdown
+// (benchmarks/peers/), and the baselines they are compared with in the same run:
+// std::mutex and a plain test-and-set spinlock. Also the machinery every windowed
+// benchmark uses: run_window() (threads of our own for a fixed wall-clock window,
+// with throughput, fairness and CPU-time counters) and latency_histogram.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,6 +41,143 @@ class tas_lock {
   std::atomic<bool> locked_{false};
 };
 
+// Benchmarks that found a broken result (lost updates, wrong sums); a main() of our
+// own turns a non-zero count into a failing exit status.
+inline std::atomic<int> errors{0};
+inline void fail(benchmark::State& state, const char* why) {
+  errors.fetch_add(1, std::memory_order_relaxed);
+  state.SkipWithError(why);
+}
+
+inline double thread_cpu_seconds() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+inline std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// Log-linear histogram of nanosecond values: exact below 32, then 16 buckets per
+// power of two (within 6.25%), any number of samples in 8 KiB, merged after the run.
+class alignas(cache_line_size) latency_histogram {
+ public:
+  void record(std::uint64_t ns) noexcept {
+    ++buckets_[index(ns)];
+    ++count_;
+  }
+  void merge(const latency_histogram& o) noexcept {
+    for (std::size_t i = 0; i < buckets_.size(); ++i)
+      buckets_[i] += o.buckets_[i];
+    count_ += o.count_;
+  }
+  std::uint64_t count() const noexcept { return count_; }
+  // The smallest bucket value at or below which a fraction p of the samples lie.
+  double percentile(double p) const noexcept {
+    if (count_ == 0) return 0;
+    const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(count_ - 1)) + 1;
+    std::uint64_t seen = 0;
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      seen += buckets_[i];
+      if (seen >= rank) return value(i);
+    }
+    return value(buckets_.size() - 1);
+  }
+  // p50 ... p99.99 and the maximum as Google Benchmark counters, in ns.
+  void report(benchmark::State& state) const {
+    state.counters["p50_ns"] = percentile(0.50);
+    state.counters["p90_ns"] = percentile(0.90);
+    state.counters["p99_ns"] = percentile(0.99);
+    state.counters["p99.9_ns"] = percentile(0.999);
+    state.counters["p99.99_ns"] = percentile(0.9999);
+    state.counters["max_ns"] = percentile(1.0);
+    state.counters["samples"] = static_cast<double>(count_);
+  }
+
+ private:
+  static constexpr unsigned sub_bits = 4;
+  static std::size_t index(std::uint64_t v) noexcept {
+    if (v < (2u << sub_bits)) return static_cast<std::size_t>(v);
+    const unsigned e = static_cast<unsigned>(std::bit_width(v)) - 1;  // >= sub_bits + 1
+    const std::uint64_t mantissa = (v >> (e - sub_bits)) & ((1u << sub_bits) - 1);
+    return ((e - sub_bits + 1) << sub_bits) + static_cast<std::size_t>(mantissa);
+  }
+  // The middle of bucket i.
+  static double value(std::size_t i) noexcept {
+    if (i < (2u << sub_bits)) return static_cast<double>(i);
+    const unsigned e = static_cast<unsigned>(i >> sub_bits) + sub_bits - 1;
+    const std::uint64_t mantissa = i & ((1u << sub_bits) - 1);
+    const double low = static_cast<double>(((1ull << sub_bits) + mantissa) << (e - sub_bits));
+    return low + static_cast<double>(1ull << (e - sub_bits)) / 2;
+  }
+  std::array<std::uint64_t, (64 - sub_bits + 1) << sub_bits> buckets_{};
+  std::uint64_t count_ = 0;
+};
+
+// Runs `threads` threads of our own for a fixed window of wall time, rather than
+// Google Benchmark's, which give every thread the same iteration count: with more
+// threads than cores that hides starvation and lets one descheduled spinner stretch
+// a run without bound. body(t, stop) runs on thread t, loops until stop reads true
+// and returns its operation count. Sets the iteration time and these counters:
+//   ops/s       operations per second of wall time, all threads together
+//   min/max     the slowest thread's share over the fastest's
+//   jain        Jain's fairness index over the per-thread counts (1 = equal)
+//   fair_ops/s  threads x the slowest thread's rate: what a fixed amount of work per
+//               thread would see, since it finishes with the slowest thread
+//   cpu_ns/op   CPU time of all threads per operation: a waiter that spins where it
+//               could sleep pays here, and so do time slices lost to the spinners
+// Returns the total operation count.
+template <class Body>
+std::uint64_t run_window(benchmark::State& state, unsigned threads,
+                         std::chrono::milliseconds window, Body&& body) {
+  std::atomic<unsigned> ready{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::uint64_t> ops(threads);
+  std::vector<double> cpu(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1, std::memory_order_relaxed);
+      while (ready.load(std::memory_order_relaxed) < threads)
+        std::this_thread::yield();
+      const double cpu0 = thread_cpu_seconds();
+      ops[t] = body(t, static_cast<const std::atomic<bool>&>(stop));
+      cpu[t] = thread_cpu_seconds() - cpu0;
+    });
+  }
+  while (ready.load(std::memory_order_relaxed) < threads)
+    std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(window);
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& th : pool)
+    th.join();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  state.SetIterationTime(secs);
+  double total = 0, sq = 0, lo = 1e300, hi = 0, cpu_secs = 0;
+  for (unsigned t = 0; t < threads; ++t) {
+    const auto d = static_cast<double>(ops[t]);
+    total += d;
+    sq += d * d;
+    lo = std::min(lo, d);
+    hi = std::max(hi, d);
+    cpu_secs += cpu[t];
+  }
+  state.counters["ops/s"] = total / secs;
+  state.counters["min/max"] = hi > 0 ? lo / hi : 0;
+  state.counters["jain"] = sq > 0 ? total * total / (threads * sq) : 0;
+  state.counters["fair_ops/s"] = threads * lo / secs;
+  state.counters["cpu_ns/op"] = total > 0 ? cpu_secs * 1e9 / total : 0;
+  std::uint64_t sum = 0;
+  for (auto n : ops)
+    sum += n;
+  return sum;
+}
+
 // One thread, nobody else: the cost of lock() + unlock() on a warm line.
 template <class Lock>
 void uncontended(benchmark::State& state) {
@@ -49,13 +192,10 @@ void uncontended(benchmark::State& state) {
 }
 
 // All threads hammer one lock around a short critical section (two shared words on
-// their own line, as a counter update would touch) for a fixed window of wall time.
-// The benchmark runs its own threads rather than Google Benchmark's, which give
-// every thread the same iteration count: with more threads than cores that hides
-// starvation and lets one descheduled spinner stretch a run without bound. Counters:
-// ops/s over all threads, per-thread shares (min/max, Jain's fairness index), and
-// fair_ops/s = threads x the slowest thread's rate.
-template <class Lock>
+// their own line, as a counter update would touch) for a fixed window of wall time:
+// range(0) threads, range(1) ms. With Latency, each lock() call is timed (two clock
+// reads per operation, so throughput is not comparable) and p50 ... max reported.
+template <class Lock, bool Latency = false>
 void contended(benchmark::State& state) {
   const auto threads = static_cast<unsigned>(state.range(0));
   const auto window = std::chrono::milliseconds(state.range(1));
@@ -65,59 +205,60 @@ void contended(benchmark::State& state) {
   };
   for (auto _ : state) {
     shared_state s;
-    std::atomic<unsigned> ready{0};
-    std::atomic<bool> stop{false};
-    std::vector<std::uint64_t> ops(threads);
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        ready.fetch_add(1);
-        while (ready.load() < threads)
-          std::this_thread::yield();
-        std::uint64_t n = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          s.lock.lock();
-          ++s.a;
-          s.b += s.a;
-          s.lock.unlock();
-          ++n;
-        }
-        ops[t] = n;
-      });
+    std::vector<latency_histogram> hist(Latency ? threads : 0);
+    const std::uint64_t total =
+        run_window(state, threads, window, [&](unsigned t, const std::atomic<bool>& stop) {
+          std::uint64_t n = 0;
+          while (!stop.load(std::memory_order_relaxed)) {
+            if constexpr (Latency) {
+              const std::uint64_t t0 = now_ns();
+              s.lock.lock();
+              hist[t].record(now_ns() - t0);
+            } else {
+              s.lock.lock();
+            }
+            ++s.a;
+            s.b += s.a;
+            s.lock.unlock();
+            ++n;
+          }
+          return n;
+        });
+    if (s.a != total) fail(state, "lost update: lock is broken");
+    if constexpr (Latency) {
+      for (unsigned t = 1; t < threads; ++t)
+        hist[0].merge(hist[t]);
+      hist[0].report(state);
     }
-    const double secs = run_window(pool, ready, threads, stop, window);
-    state.SetIterationTime(secs);
-    double total = 0, sq = 0, lo = 1e300, hi = 0;
-    for (auto n : ops) {
-      const auto d = static_cast<double>(n);
-      total += d;
-      sq += d * d;
-      lo = std::min(lo, d);
-      hi = std::max(hi, d);
-    }
-    if (s.a != static_cast<std::uint64_t>(total))
-      state.SkipWithError("lost update: lock is broken");
-    state.counters["ops/s"] = total / secs;
-    state.counters["min/max"] = hi > 0 ? lo / hi : 0;
-    state.counters["jain"] = sq > 0 ? total * total / (threads * sq) : 0;
-    // The rate at which every thread progresses: what a fixed amount of work per
-    // thread would see, since it finishes with the slowest thread.
-    state.counters["fair_ops/s"] = threads * lo / secs;
   }
 }
 
-inline void contended_args(benchmark::internal::Benchmark* b) {
+// Where and how long: the benchmark-name prefix, thread counts and window.
+struct lock_bench_options {
+  std::string prefix;
+  std::vector<int> threads{1, 2, 4, 8, 16};
+  int window_ms = 300;
+  bool latency = false;  // also register latency/<name>
+};
+
+// Thread counts and window of a windowed benchmark: args {threads, ms}.
+inline benchmark::internal::Benchmark* windowed(benchmark::internal::Benchmark* b,
+                                                const std::vector<int>& threads, int window_ms) {
   b->ArgNames({"threads", "ms"});
-  for (int t : {1, 2, 4, 8, 16})
-    b->Args({t, 300});
-  b->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  for (int t : threads)
+    b->Args({t, window_ms});
+  return b->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 }
 
 template <class Lock>
-int register_lock(const std::string& name) {
-  benchmark::RegisterBenchmark(("uncontended/" + name).c_str(), uncontended<Lock>);
-  benchmark::RegisterBenchmark(("contended/" + name).c_str(), contended<Lock>)
-      ->Apply(contended_args);
+int register_lock(const std::string& name, const lock_bench_options& o = {}) {
+  benchmark::RegisterBenchmark((o.prefix + "uncontended/" + name).c_str(), uncontended<Lock>);
+  windowed(benchmark::RegisterBenchmark((o.prefix + "contended/" + name).c_str(), contended<Lock>),
+           o.threads, o.window_ms);
+  if (o.latency)
+    windowed(
+        benchmark::RegisterBenchmark((o.prefix + "latency/" + name).c_str(), contended<Lock, true>),
+        o.threads, o.window_ms);
   return 0;
 }
 
