@@ -52,6 +52,13 @@
 namespace hotpath {
 
 namespace detail {
+// release; relaxed only in a test-only mutant build that tests/schedule/ must catch.
+#if defined(HOTPATH_MUTANT_RCU_RELAXED_UNLOCK)
+inline constexpr std::memory_order rcu_unlock_order = std::memory_order_relaxed;
+#else
+inline constexpr std::memory_order rcu_unlock_order = std::memory_order_release;
+#endif
+
 // An entry in a domain's retire list: rcu_obj_base derives from it, rcu_retire
 // allocates one around the pointer.
 struct rcu_node {
@@ -95,7 +102,7 @@ class basic_rcu_domain {
     r->ctr.store(gp_seq_.load(std::memory_order_relaxed), std::memory_order_release);
     // Orders the store before the section's loads; pairs with heavy_fence() in
     // start_grace_period() (membarrier, or a full fence on both sides without it).
-    detail::light_fence();
+    detail::policy_light_fence<Policy>();
   }
 
   bool try_lock() noexcept {
@@ -113,7 +120,7 @@ class basic_rcu_domain {
     }
     // Release: the section's loads happen before a writer's acquire load of 0 in
     // passed(), which then frees what we read.
-    s.rec->ctr.store(0, std::memory_order_release);
+    s.rec->ctr.store(0, detail::rcu_unlock_order);
   }
 
   // Is the calling thread inside a read-side section of this domain?
@@ -264,7 +271,7 @@ class basic_rcu_domain {
   // Orders the caller's removals before every later reader's loads, then opens
   // a new sequence number t: a reader whose word is >= t began after this point.
   std::uint64_t start_grace_period() noexcept {
-    detail::heavy_fence();  // pairs with light_fence() in lock()
+    detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in lock()
     return gp_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
 

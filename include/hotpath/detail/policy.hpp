@@ -7,6 +7,14 @@
 //   static constexpr bool parks;      // may the caller ever go to sleep?
 //   static bool relax(unsigned& n);   // one step of spinning; false: park now
 // and the primitive parks with detail::park() / unpark_*() only when W::parks.
+//
+// A policy may also define static hooks that replace what a primitive otherwise
+// calls directly: park(word, expected, channel), unpark_one(word, channel),
+// unpark_channel(word, channel), unpark_all(word) (detail/futex.hpp), light_fence(),
+// heavy_fence() (detail/membarrier.hpp) and current_cpu() (percpu_counter). The
+// deterministic scheduler of tests/schedule/ defines them all; basic_policy defines
+// none, so the default path is the plain calls (detail::policy_park() and friends
+// choose at compile time).
 #pragma once
 
 #include <atomic>
