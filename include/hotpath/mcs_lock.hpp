@@ -144,7 +144,7 @@ class basic_mcs_lock {
 
  private:
   // The orders of the queue's three publishing operations (see their comments). A
-  // test-only build weakens one of them to check that tests/schedule/ catches it.
+  // test-only mutant build weakens some of them, which tests/schedule/ must catch.
 #if defined(HOTPATH_MUTANT_MCS_RELAXED_TAIL)
   static constexpr auto enqueue_order = std::memory_order_relaxed;
   static constexpr auto link_order = std::memory_order_relaxed;

@@ -75,6 +75,27 @@ HOTPATH_PROPERTY(synchronize, {}) {
   delete ptr.load(std::memory_order_relaxed);
 }
 
+// The default reclamation path: rcu_retire() gathers a batch, starts a grace period
+// for it and frees it on a later retire once every reader has passed (poll()), never
+// waiting. The writer retires one batch and a few more while readers read.
+HOTPATH_PROPERTY(retire, {}) {
+  domain& dom = prepared_domain();
+  atomic<object*> ptr(new object(1));
+  auto reader = [&] {
+    for (int r = 0; r < 3; ++r) {
+      std::scoped_lock section(dom);
+      read_object(ptr.load(std::memory_order_acquire));
+    }
+  };
+  run({reader, reader, [&] {
+         for (int i = 2; i < 2 + static_cast<int>(domain::batch_size) + 4; ++i)
+           hotpath::rcu_retire(ptr.exchange(new object(i), std::memory_order_acq_rel),
+                               std::default_delete<object>(), dom);
+       }});
+  hotpath::rcu_retire(ptr.load(std::memory_order_relaxed), std::default_delete<object>(), dom);
+  hotpath::rcu_barrier(dom);
+}
+
 // rcu_cell: the writer stores twice and then waits for reclamation with rcu_barrier
 // (retire itself never waits); readers read through guards.
 struct config : graveyard_object {
