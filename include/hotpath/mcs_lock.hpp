@@ -187,8 +187,7 @@ class basic_mcs_lock {
     unsigned used = 0;  // bit i: nodes[i] is in use
   };
   static thread_nodes& local_nodes() noexcept {
-    thread_local thread_nodes t;
-    return t;
+    return detail::policy_local<Policy, thread_nodes>();
   }
   static node& acquire_node() noexcept {
     thread_nodes& t = local_nodes();

@@ -198,10 +198,7 @@ class basic_rcu_domain {
     bool poll_due = false;     // a retire inside a section found a batch to start
     bool unlock_work = false;  // exited || poll_due: the outermost unlock() has more to do
   };
-  static thread_state& local() noexcept {
-    thread_local thread_state s;
-    return s;
-  }
+  static thread_state& local() noexcept { return detail::policy_local<Policy, thread_state>(); }
 
   // Gives the slot back when the thread exits.
   struct exit_hook {
@@ -239,10 +236,7 @@ class basic_rcu_domain {
   reader* register_thread(thread_state& s) noexcept {
     // Past the exit hook (another thread_local's destructor reads under RCU): take a
     // slot for this section only; unlock_slow() gives it back.
-    if (!s.exited) {
-      thread_local exit_hook hook;
-      (void)hook;
-    }
+    if (!s.exited) (void)detail::policy_local<Policy, exit_hook>();
     s.rec = claim_slot();
     return s.rec;
   }

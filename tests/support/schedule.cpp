@@ -13,6 +13,19 @@
 #include <thread>
 #include <unordered_map>
 
+// Fibers on the calling thread by default: a hand-off is a context switch in user
+// space (a few instructions on x86-64, ucontext elsewhere), so the exploration costs
+// the same CPU time on a loaded machine as on a quiet one.
+// Sanitizers do not follow ucontext switches unannotated, so their builds define
+// HOTPATH_SCHEDULE_THREADS: one real thread per scheduled thread, handing a baton
+// (semaphores), each hand-off then waiting for the kernel to run the next thread.
+#if defined(HOTPATH_SCHEDULE_THREADS)
+#define HOTPATH_SCHEDULE_FIBERS 0
+#else
+#define HOTPATH_SCHEDULE_FIBERS 1
+#include <ucontext.h>
+#endif
+
 namespace hotpath::test::sched {
 namespace {
 
@@ -71,6 +84,98 @@ struct pending {
 
 enum class status { runnable, blocked, finished };
 
+#if HOTPATH_SCHEDULE_FIBERS
+struct thread_state;
+void fiber_main(thread_state* t);
+#if defined(__x86_64__) && defined(__linux__)
+// switch(save, load): push the callee-saved registers (System V) and the SSE/x87
+// control words, save rsp in *save, load rsp from load, pop them. A new fiber's stack
+// is laid out as if it had switched away with r12 = its thread, r13 = fiber_main and
+// a return address of start, which calls r13(r12) on a 16-byte aligned stack.
+extern "C" void hotpath_schedule_switch(void** save, void* load) noexcept;
+extern "C" void hotpath_schedule_start() noexcept;
+asm(R"(
+  .text
+  .globl hotpath_schedule_switch
+  .type hotpath_schedule_switch, @function
+hotpath_schedule_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size hotpath_schedule_switch, .-hotpath_schedule_switch
+  .globl hotpath_schedule_start
+  .type hotpath_schedule_start, @function
+hotpath_schedule_start:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size hotpath_schedule_start, .-hotpath_schedule_start
+)");
+struct fiber_context {
+  void* sp = nullptr;
+};
+void fiber_init(fiber_context& c, char* stack, std::size_t size, thread_state* t) {
+  auto top = (reinterpret_cast<std::uintptr_t>(stack) + size) & ~std::uintptr_t{15};
+  auto* sp = reinterpret_cast<std::uint64_t*>(top - 16);  // rsp when start runs
+  sp[-1] = reinterpret_cast<std::uint64_t>(&hotpath_schedule_start);
+  sp[-2] = 0;                                             // rbp
+  sp[-3] = 0;                                             // rbx
+  sp[-4] = reinterpret_cast<std::uint64_t>(t);            // r12
+  sp[-5] = reinterpret_cast<std::uint64_t>(&fiber_main);  // r13
+  sp[-6] = 0;                                             // r14
+  sp[-7] = 0;                                             // r15
+  sp[-8] = 0x037full << 32 | 0x1f80u;                     // x87 control word, mxcsr
+  c.sp = sp - 8;
+}
+void fiber_switch(fiber_context& from, const fiber_context& to) noexcept {
+  hotpath_schedule_switch(&from.sp, to.sp);
+}
+#else
+struct fiber_context {
+  ucontext_t uc{};
+};
+void fiber_entry(unsigned hi, unsigned lo) {
+  fiber_main(reinterpret_cast<thread_state*>(static_cast<std::uintptr_t>(hi) << 32 | lo));
+}
+void fiber_init(fiber_context& c, char* stack, std::size_t size, thread_state* t) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  const auto bits = reinterpret_cast<std::uintptr_t>(t);
+  makecontext(&c.uc, reinterpret_cast<void (*)()>(&fiber_entry), 2,
+              static_cast<unsigned>(bits >> 32), static_cast<unsigned>(bits));
+}
+void fiber_switch(fiber_context& from, fiber_context& to) noexcept {
+  swapcontext(&from.uc, &to.uc);
+}
+#endif
+#endif
+
+struct local_slot {
+  const void* key;
+  void* p;
+  void (*destroy)(void*);
+};
+
 struct thread_state {
   unsigned id = 0;
   vclock vc{};           // happens-before clock
@@ -81,9 +186,14 @@ struct thread_state {
   bool spinning = false;
   const location* park_loc = nullptr;
   unsigned park_channel = 0;
-  std::binary_semaphore go{0};
+  std::vector<local_slot> locals;  // the thread's local<T>()s, in creation order
   std::function<void()> body;
+#if HOTPATH_SCHEDULE_FIBERS
+  fiber_context ctx;
+#else
+  std::binary_semaphore go{0};
   std::thread th;
+#endif
 };
 
 struct params {
@@ -104,7 +214,12 @@ struct world {
   std::vector<std::unique_ptr<thread_state>> threads;
   thread_state main_state;
   thread_state* current = nullptr;
+#if HOTPATH_SCHEDULE_FIBERS
+  fiber_context main_ctx;
+  std::unique_ptr<char[]> stacks[max_threads];  // reused by every run
+#else
   std::binary_semaphore done{0};
+#endif
   std::uint64_t steps = 0;
   std::uint64_t idle = 0;
   std::uint64_t total_steps = 0;
@@ -255,8 +370,13 @@ void switch_to(thread_state& me, thread_state* next) {
   if (next == &me) return;
   world& w = the();
   w.current = next;
+#if HOTPATH_SCHEDULE_FIBERS
+  tls_self = next;
+  fiber_switch(me.ctx, next->ctx);
+#else
   next->go.release();
   me.go.acquire();
+#endif
 }
 
 // A scheduling point of the calling thread.
@@ -281,8 +401,15 @@ void point(thread_state& me) {
   switch_to(me, next);
 }
 
+// The end of a scheduled thread: its local<T>()s go first (newest first, still
+// under the scheduler: their destructors may use the model), then it hands over.
 void finish(thread_state& me) {
   world& w = the();
+  while (!me.locals.empty()) {
+    const local_slot l = me.locals.back();
+    me.locals.pop_back();
+    l.destroy(l.p);
+  }
   trace(me, "finished");
   me.st = status::finished;
   join(w.main_state.vc, me.vc);  // what join() gives the main thread
@@ -292,21 +419,30 @@ void finish(thread_state& me) {
     for (auto& t : w.threads)
       flush_all(*t);
     w.current = nullptr;
+#if HOTPATH_SCHEDULE_FIBERS
+    tls_self = nullptr;
+    fiber_switch(me.ctx, w.main_ctx);  // never returns: nothing resumes a finished fiber
+#else
     w.done.release();
     return;
+#endif
   }
   w.current = next;
+#if HOTPATH_SCHEDULE_FIBERS
+  tls_self = next;
+  fiber_switch(me.ctx, next->ctx);
+#else
   next->go.release();
+#endif
 }
 
-// Constructed first in each scheduled thread, so destroyed last: the thread stays
-// under the scheduler while the primitives' thread_local destructors run.
-struct finisher {
-  thread_state* t = nullptr;
-  ~finisher() {
-    if (t != nullptr) finish(*t);
-  }
-};
+#if HOTPATH_SCHEDULE_FIBERS
+constexpr std::size_t fiber_stack = 256 * 1024;
+void fiber_main(thread_state* t) {
+  t->body();
+  finish(*t);  // never returns
+}
+#endif
 
 void check_write_before(const shadow& s, const thread_state& me, const char* what) {
   world& w = the();
@@ -551,6 +687,15 @@ void note_destroy(shadow& s) noexcept {
   s.destroyed = true;
 }
 
+void* local_get(const void* key) noexcept {
+  for (const local_slot& l : self().locals)
+    if (l.key == key) return l.p;
+  return nullptr;
+}
+void local_put(const void* key, void* p, void (*destroy)(void*)) {
+  self().locals.push_back({key, p, destroy});
+}
+
 void* graveyard_new(std::size_t n) {
   return ::operator new(n);
 }
@@ -583,23 +728,34 @@ void run(std::vector<std::function<void()>> bodies) {
   }
   ++w.main_state.vc[0];
   w.active = true;
+  thread_state* first = w.threads[w.r.below(static_cast<unsigned>(w.threads.size()))].get();
+  w.current = first;
+#if HOTPATH_SCHEDULE_FIBERS
+  for (auto& t : w.threads) {
+    thread_state* ts = t.get();
+    std::unique_ptr<char[]>& stack = w.stacks[ts->id];
+    if (stack == nullptr) stack.reset(new char[fiber_stack]);
+    fiber_init(ts->ctx, stack.get(), fiber_stack, ts);
+  }
+  tls_self = first;
+  fiber_switch(w.main_ctx, first->ctx);  // back when every thread has finished
+  tls_self = nullptr;
+#else
   for (auto& t : w.threads) {
     thread_state* ts = t.get();
     ts->th = std::thread([ts] {
-      thread_local finisher f;
-      f.t = ts;
       tls_self = ts;
       ts->go.acquire();
       ts->body();
+      finish(*ts);
     });
   }
-  thread_state* first = w.threads[w.r.below(static_cast<unsigned>(w.threads.size()))].get();
-  w.current = first;
   first->go.release();
   if (!w.done.try_acquire_for(std::chrono::seconds(120)))
     fail("hang: a thread blocked outside the scheduler for 120 s");
   for (auto& t : w.threads)
     t->th.join();
+#endif
   w.active = false;
   w.total_steps += w.steps;
   if (w.print_hashes) std::printf("seed %" PRIu64 " hash %016" PRIx64 "\n", w.seed, w.hash);

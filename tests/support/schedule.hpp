@@ -3,12 +3,16 @@
 // of folly's DeterministicSchedule, with a weak-memory model and a race detector.
 //
 // A property is a function run once per seed. It builds a primitive whose Policy is
-// sched::policy<> and calls sched::run() with a few thread bodies. run() starts one
-// real std::thread per body but lets only one of them run at a time: every operation
+// sched::policy<> and calls sched::run() with a few thread bodies. run() runs each
+// body as a fiber (ucontext) on the calling thread, one at a time: every operation
 // on a sched::atomic, every fence, park, wake-up and spin step is a scheduling point
 // at which the scheduler, drawing from a generator seeded by the seed, picks the
 // thread that runs next. The same seed gives the same schedule, so a failure is
-// reported with its seed and rerun by number (HOTPATH_SCHEDULE_SEED=N).
+// reported with its seed and rerun by number (HOTPATH_SCHEDULE_SEED=N). Fibers make a
+// hand-off a user-space context switch, so the exploration does not slow down on a
+// loaded machine; the primitives' thread_locals go through the policy's local<T>(),
+// one per fiber. Sanitizer builds (HOTPATH_SCHEDULE_THREADS) use one real thread per
+// body instead, handing a baton, since the sanitizers do not follow ucontext.
 //
 // What is modelled:
 // - Interleavings: any thread at any scheduling point; per seed, how often the
@@ -51,7 +55,8 @@
 //
 // Determinism needs every shared access of the bodies to go through sched::atomic,
 // sched::data or plain variables touched only in the scheduled threads. Bodies must
-// not block outside the scheduler (a watchdog reports such a hang with its seed).
+// not block outside the scheduler (on a std::mutex that another body holds): with
+// fibers that blocks the process; with threads a watchdog reports it with its seed.
 #pragma once
 
 #include <array>
@@ -131,6 +136,21 @@ inline void run(unsigned n, const std::function<void(unsigned)>& body) {
 // setup that a property does once per process (e.g. registering reader slots in a
 // domain that outlives the seed), so that seed N runs the same alone or after others.
 void setup(const std::function<void()>& f);
+
+// The calling scheduled thread's own T (value-initialised on first use, destroyed
+// when the thread ends, newest first, still under the scheduler): what a policy's
+// local<T>() gives the primitives instead of thread_local (detail/policy.hpp), so
+// that fibers and reused threads each have their own.
+void* local_get(const void* key) noexcept;
+void local_put(const void* key, void* p, void (*destroy)(void*));
+template <class T>
+T& local() {
+  static const char key = 0;
+  if (void* p = local_get(&key)) return *static_cast<T*>(p);
+  T* p = new T();
+  local_put(&key, p, [](void* q) { delete static_cast<T*>(q); });
+  return *p;
+}
 
 // Memory for objects that a property retires: freed only when the seed ends, so a
 // late reader finds the destroyed shadow of a data<T> rather than reused memory.
@@ -326,13 +346,17 @@ struct policy {
     }
   }
   static unsigned current_cpu() noexcept { return choose(2); }
+  template <class T>
+  static T& local() noexcept {
+    return sched::local<T>();
+  }
 };
 
 // ---- properties and the runner ---------------------------------------------
 
 struct options {
-  unsigned seeds = 10000;  // default budget; --seeds or HOTPATH_SCHEDULE_SEEDS overrides
-  int park = -1;           // -1: per seed; else percent chance that relax() parks
+  unsigned seeds = 100000;  // default budget; --seeds or HOTPATH_SCHEDULE_SEEDS overrides
+  int park = -1;            // -1: per seed; else percent chance that relax() parks
 };
 
 struct property {

@@ -11,7 +11,8 @@
 // A policy may also define static hooks that replace what a primitive otherwise
 // calls directly: park(word, expected, channel), unpark_one(word, channel),
 // unpark_channel(word, channel), unpark_all(word) (detail/futex.hpp), light_fence(),
-// heavy_fence() (detail/membarrier.hpp) and current_cpu() (percpu_counter). The
+// heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter) and
+// local<T>() (a thread's own T: detail::policy_local() below). The
 // deterministic scheduler of tests/schedule/ defines them all; basic_policy defines
 // none, so the default path is the plain calls (detail::policy_park() and friends
 // choose at compile time).
@@ -108,6 +109,19 @@ namespace detail {
 template <class W>
 inline void relax_or_yield(unsigned& n) noexcept {
   if (!W::relax(n)) yield_cpu();
+}
+
+// The calling thread's own T (value-initialised on first use, destroyed when the
+// thread exits): a thread_local, unless the policy defines local<T>() (a scheduler
+// that runs a test's threads as fibers gives each fiber its own).
+template <class Policy, class T>
+inline T& policy_local() noexcept {
+  if constexpr (requires { Policy::template local<T>(); }) {
+    return Policy::template local<T>();
+  } else {
+    thread_local T t;
+    return t;
+  }
 }
 }  // namespace detail
 
