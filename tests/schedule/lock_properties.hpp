@@ -67,6 +67,7 @@ struct fifo_wait {
     if (fifo.entering[thread_id()]) fifo.queued[thread_id()] = true;
     return W::relax(n);
   }
+  static void yield() noexcept { W::yield(); }
 };
 
 // FIFO: a thread that calls enter() while another is already queued does not get

@@ -291,13 +291,16 @@ struct mutations {
   bool no_heavy_fence = false;  // heavy_fence() does nothing
 };
 
-// Wait strategies: every relax() is a scheduling point.
+// Wait strategies: every relax() is a scheduling point. yield() (after a relax()
+// that said "park" where parking is impossible) adds nothing: relax() already let the
+// others run, and a real sched_yield() would only wait for the kernel.
 struct wait {  // may park (the scheduler decides when)
   static constexpr bool parks = true;
   static bool relax(unsigned& n) noexcept {
     ++n;
     return spin();
   }
+  static void yield() noexcept {}
 };
 struct spin_wait {  // never parks
   static constexpr bool parks = false;
@@ -306,6 +309,7 @@ struct spin_wait {  // never parks
     (void)spin();
     return true;
   }
+  static void yield() noexcept {}
 };
 
 // The policy that puts a primitive under the scheduler (see detail/policy.hpp).

@@ -103,12 +103,18 @@ using yield_policy = basic_policy<spin_then_yield<>>;
 
 namespace detail {
 // Wait where sleeping is impossible (nobody would wake us): spin the strategy's
-// budget, then yield. Used for the short windows in which a peer is between two
-// stores of a protocol, e.g. an MCS successor that swapped the tail but has not
-// yet linked itself in.
+// budget, then yield (W::yield() where the strategy defines it, as a test's
+// scheduler does, else sched_yield()). Used for the short windows in which a peer is
+// between two stores of a protocol, e.g. an MCS successor that swapped the tail but
+// has not yet linked itself in.
 template <class W>
 inline void relax_or_yield(unsigned& n) noexcept {
-  if (!W::relax(n)) yield_cpu();
+  if (W::relax(n)) return;
+  if constexpr (requires { W::yield(); }) {
+    W::yield();
+  } else {
+    yield_cpu();
+  }
 }
 
 // The calling thread's own T (value-initialised on first use, destroyed when the
