@@ -6,6 +6,7 @@
 // A waiting strategy W provides
 //   static constexpr bool parks;      // may the caller ever go to sleep?
 //   static bool relax(unsigned& n);   // one step of spinning; false: park now
+//   static void yield();              // optional: relax_or_yield()'s sched_yield()
 // and the primitive parks with detail::park() / unpark_*() only when W::parks.
 //
 // A policy may also define static hooks that replace what a primitive otherwise
