@@ -74,9 +74,9 @@ class basic_mcs_lock {
     n.state.store(waiting, std::memory_order_relaxed);
     // acq_rel: release publishes n's initialisation to whoever links behind us;
     // acquire pairs with the release CAS in unlock() when the queue was empty.
-    node* prev = tail_.exchange(&n, std::memory_order_acq_rel);
+    node* prev = tail_.exchange(&n, enqueue_order);
     if (prev == nullptr) return;
-    prev->next.store(&n, std::memory_order_release);  // read (acquire) by prev's unlock
+    prev->next.store(&n, link_order);  // read (acquire) by prev's unlock
     wait_granted(n);
   }
 
@@ -106,11 +106,11 @@ class basic_mcs_lock {
       }
     }
     // Release hands the critical section over; the old value says if it sleeps.
-    const std::uint32_t old = succ->state.exchange(granted, std::memory_order_release);
+    const std::uint32_t old = succ->state.exchange(granted, handover_order);
     if constexpr (wait::parks) {
       // succ may already be running and have reused its node: a futex wake on the
       // address is then a harmless spurious wake-up (see detail/futex.hpp).
-      if (old == sleeping) detail::unpark_one(succ->state);
+      if (old == sleeping) detail::policy_unpark_one<Policy>(succ->state);
     }
   }
 
@@ -144,6 +144,21 @@ class basic_mcs_lock {
   }
 
  private:
+  // The orders of the queue's three publishing operations (see their comments). A
+  // test-only mutant build weakens some of them, which tests/schedule/ must catch.
+#if defined(HOTPATH_MUTANT_MCS_RELAXED_TAIL)
+  static constexpr auto enqueue_order = std::memory_order_relaxed;
+  static constexpr auto link_order = std::memory_order_relaxed;
+#else
+  static constexpr auto enqueue_order = std::memory_order_acq_rel;
+  static constexpr auto link_order = std::memory_order_release;
+#endif
+#if defined(HOTPATH_MUTANT_MCS_RELAXED_HANDOVER)
+  static constexpr auto handover_order = std::memory_order_relaxed;
+#else
+  static constexpr auto handover_order = std::memory_order_release;
+#endif
+
   void wait_granted(node& n) noexcept {
     unsigned spins = 0;
     for (;;) {
@@ -157,7 +172,7 @@ class basic_mcs_lock {
         if (n.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
                                             std::memory_order_acquire)) {
           do {
-            detail::park(n.state, sleeping);
+            detail::policy_park<Policy>(n.state, sleeping);
           } while (n.state.load(std::memory_order_acquire) != granted);
         }
         return;
@@ -173,8 +188,7 @@ class basic_mcs_lock {
     unsigned used = 0;  // bit i: nodes[i] is in use
   };
   static thread_nodes& local_nodes() noexcept {
-    thread_local thread_nodes t;
-    return t;
+    return detail::policy_local<Policy, thread_nodes>();
   }
   static node& acquire_node() noexcept {
     thread_nodes& t = local_nodes();

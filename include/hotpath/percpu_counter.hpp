@@ -22,8 +22,11 @@
 // No lock: the kernel folds under a spinlock with preemption off; in user space a
 // fold lock whose holder is preempted convoys every other folder (an early version
 // with a ticket lock there ran 8 threads on 2 cpus ~100x slower). The price is in
-// the bound below. Nothing waits and the words must be plain std::atomic<int64_t>
-// for the assembly, so there is no Policy parameter.
+// the bound below. Nothing waits; the Policy parameter gives the atomic type of
+// the portable words and the centre and may define current_cpu() (a test's
+// deterministic scheduler does both, to explore migrations). The rseq words stay
+// std::atomic<int64_t> for the assembly, and the rseq path is compiled only for a
+// policy whose atomics are std::atomic.
 //
 // Cost (README, "Per-cpu counters"): one add is ~0.5x an uncontended fetch_add; with
 // the default batch, two cpus adding at once pay a line transfer per fold (~20 ns
@@ -53,6 +56,7 @@
 #include <type_traits>
 
 #include "hotpath/detail/config.hpp"
+#include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/rseq.hpp"
 #include "hotpath/percpu.hpp"
 
@@ -75,15 +79,21 @@ inline bool beyond(std::int64_t n, std::int64_t batch) noexcept {
 }
 }  // namespace detail
 
-template <class T = std::int64_t>
+template <class T = std::int64_t, class Policy = default_policy>
 class percpu_counter {
   static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool> &&
                     sizeof(T) <= sizeof(std::int64_t),
                 "percpu_counter<T>: T must be a non-bool integral type of at most 64 bits");
 
+  template <class U>
+  using atomic = typename Policy::template atomic<U>;
+  // The rseq path needs the words to be plain std::atomic (it writes them in asm).
+  static constexpr bool rseq_path =
+      HOTPATH_RSEQ && std::is_same_v<atomic<std::int64_t>, std::atomic<std::int64_t>>;
+
   struct slot {
     std::atomic<std::int64_t> fast{0};
-    std::atomic<std::int64_t> slow{0};
+    atomic<std::int64_t> slow{0};
   };
   using slots_type = percpu<slot>;
   static constexpr std::size_t stride = slots_type::stride;
@@ -108,16 +118,18 @@ class percpu_counter {
     // 2^32 - 1 that would fold every time; the centre wraps modulo 2^bits either way.
     const auto d = static_cast<std::int64_t>(static_cast<std::make_signed_t<T>>(v));
 #if HOTPATH_RSEQ
-    const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
-    switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
-                                           2 * static_cast<std::uint64_t>(lm1))) {
-      case detail::rseq_status::done:
-        return;
-      case detail::rseq_status::over_limit:
-        fold_fast(d);
-        return;
-      case detail::rseq_status::unavailable:
-        break;
+    if constexpr (rseq_path) {
+      const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
+      switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
+                                             2 * static_cast<std::uint64_t>(lm1))) {
+        case detail::rseq_status::done:
+          return;
+        case detail::rseq_status::over_limit:
+          fold_fast(d);
+          return;
+        case detail::rseq_status::unavailable:
+          break;
+      }
     }
 #endif
     add_portable(d);
@@ -208,6 +220,13 @@ class percpu_counter {
   unsigned n() const noexcept {
     return static_cast<unsigned>(slots_.size());
   }
+  static unsigned cpu() noexcept {
+    if constexpr (requires { Policy::current_cpu(); }) {
+      return Policy::current_cpu();
+    } else {
+      return current_cpu();
+    }
+  }
 
 #if HOTPATH_RSEQ
   void fold_fast(std::int64_t d) noexcept {
@@ -225,10 +244,21 @@ class percpu_counter {
   // preempted before putting them into the centre. Here a folder only ever holds
   // the word it replaced (|w| < batch) plus its own d, as the kernel's does.
   void add_portable(std::int64_t d) noexcept {
-    std::atomic<std::int64_t>& w = slots_[slots_.index(current_cpu())].slow;
+    atomic<std::int64_t>& w = slots_[slots_.index(cpu())].slow;
     const std::int64_t batch = batch_.load(std::memory_order_relaxed);
     // Relaxed throughout: the word is only a statistic; sum() after a join sees it
     // through the join's happens-before.
+#if defined(HOTPATH_MUTANT_PERCPU_FOLD_LOAD_STORE)
+    // Test-only bug for tests/schedule/: a load and a store where the CAS must be.
+    const std::int64_t sum = detail::wrapping_add(w.load(std::memory_order_relaxed), d);
+    if (!detail::beyond(sum, batch)) {
+      w.store(sum, std::memory_order_relaxed);
+    } else {
+      w.store(0, std::memory_order_relaxed);
+      count_.fetch_add(static_cast<T>(sum), std::memory_order_relaxed);
+    }
+    return;
+#endif
     std::int64_t old = w.load(std::memory_order_relaxed);
     for (;;) {
       const std::int64_t now = detail::wrapping_add(old, d);
@@ -245,9 +275,9 @@ class percpu_counter {
 
   // Read on every add: kept apart from the centre, which folds write.
   slots_type slots_;
-  std::atomic<std::int64_t> batch_;
-  std::atomic<std::int64_t> max_batch_;  // never decreases; for error_bound()
-  alignas(cache_line_size) std::atomic<T> count_;
+  atomic<std::int64_t> batch_;
+  atomic<std::int64_t> max_batch_;  // never decreases; for error_bound()
+  alignas(cache_line_size) atomic<T> count_;
 };
 
 // N counters per cpu updated together (packets, bytes, drops), with the same fast

@@ -58,6 +58,13 @@ HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
+// release; relaxed only in a test-only mutant build that tests/schedule/ must catch.
+#if defined(HOTPATH_MUTANT_RCU_RELAXED_UNLOCK)
+inline constexpr std::memory_order rcu_unlock_order = std::memory_order_relaxed;
+#else
+inline constexpr std::memory_order rcu_unlock_order = std::memory_order_release;
+#endif
+
 // An entry in a domain's retire list: rcu_obj_base derives from it, rcu_retire
 // allocates one around the pointer.
 struct rcu_node {
@@ -101,7 +108,7 @@ class basic_rcu_domain {
     r->ctr.store(gp_seq_.load(std::memory_order_relaxed), std::memory_order_release);
     // Orders the store before the section's loads; pairs with heavy_fence() in
     // start_grace_period() (membarrier, or a full fence on both sides without it).
-    detail::light_fence();
+    detail::policy_light_fence<Policy>();
   }
 
   bool try_lock() noexcept {
@@ -119,7 +126,7 @@ class basic_rcu_domain {
     }
     // Release: the section's loads happen before a writer's acquire load of 0 in
     // passed(), which then frees what we read.
-    s.rec->ctr.store(0, std::memory_order_release);
+    s.rec->ctr.store(0, detail::rcu_unlock_order);
   }
 
   // Is the calling thread inside a read-side section of this domain?
@@ -246,10 +253,7 @@ class basic_rcu_domain {
     bool poll_due = false;     // a retire inside a section found a batch to start
     bool unlock_work = false;  // exited || poll_due: the outermost unlock() has more to do
   };
-  static thread_state& local() noexcept {
-    thread_local thread_state s;
-    return s;
-  }
+  static thread_state& local() noexcept { return detail::policy_local<Policy, thread_state>(); }
 
   // Gives the slot back when the thread exits.
   struct exit_hook {
@@ -287,10 +291,7 @@ class basic_rcu_domain {
   reader* register_thread(thread_state& s) noexcept {
     // Past the exit hook (another thread_local's destructor reads under RCU): take a
     // slot for this section only; unlock_slow() gives it back.
-    if (!s.exited) {
-      thread_local exit_hook hook;
-      (void)hook;
-    }
+    if (!s.exited) (void)detail::policy_local<Policy, exit_hook>();
     s.rec = claim_slot();
     return s.rec;
   }
@@ -319,7 +320,7 @@ class basic_rcu_domain {
   // Orders the caller's removals before every later reader's loads, then opens
   // a new sequence number t: a reader whose word is >= t began after this point.
   std::uint64_t start_grace_period() noexcept {
-    detail::heavy_fence();  // pairs with light_fence() in lock()
+    detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in lock()
     return gp_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
 

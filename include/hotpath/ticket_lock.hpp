@@ -54,7 +54,7 @@ class basic_ticket_lock {
     // Relaxed: taking a ticket orders nothing; entry is ordered by the acquire
     // load of serving_ below, which pairs with the release store in unlock().
     const std::uint32_t ticket = next_.fetch_add(1, std::memory_order_relaxed);
-    if (serving_.load(std::memory_order_acquire) == ticket) return;
+    if (serving_.load(entry_order) == ticket) return;
     wait_for(ticket);
   }
 
@@ -73,8 +73,9 @@ class basic_ticket_lock {
     serving_.store(next, std::memory_order_release);  // pairs with the acquire in lock()
     if constexpr (wait::parks) {
       // Dekker with the sleeper's (sleepers_++, heavy_fence, load serving_).
-      detail::light_fence();
-      if (sleepers_.load(std::memory_order_relaxed) != 0) detail::unpark_channel(serving_, next);
+      detail::policy_light_fence<Policy>();
+      if (sleepers_.load(std::memory_order_relaxed) != 0)
+        detail::policy_unpark_channel<Policy>(serving_, next);
     }
   }
 
@@ -84,16 +85,24 @@ class basic_ticket_lock {
   }
 
  private:
+  // Entry: pairs with the release store of serving_ in unlock(). (A test-only
+  // build makes it relaxed to check that tests/schedule/ catches the race.)
+#if defined(HOTPATH_MUTANT_TICKET_RELAXED_ACQUIRE)
+  static constexpr auto entry_order = std::memory_order_relaxed;
+#else
+  static constexpr auto entry_order = std::memory_order_acquire;
+#endif
+
   void wait_for(std::uint32_t ticket) noexcept {
     unsigned n = 0;
     for (;;) {
-      if (serving_.load(std::memory_order_acquire) == ticket) return;
+      if (serving_.load(entry_order) == ticket) return;
       if (wait::relax(n)) continue;
       if constexpr (wait::parks) {
         sleepers_.fetch_add(1, std::memory_order_relaxed);
-        detail::heavy_fence();  // pairs with light_fence() in unlock()
+        detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in unlock()
         const std::uint32_t now = serving_.load(std::memory_order_relaxed);
-        if (now != ticket) detail::park(serving_, now, ticket);
+        if (now != ticket) detail::policy_park<Policy>(serving_, now, ticket);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
         // Woken for our turn (or spuriously): spin again briefly before sleeping.
         n = 0;

@@ -102,5 +102,42 @@ inline void unpark_all(A& word) noexcept {
   word.notify_all();
 }
 
+// The same four through a primitive's policy: a policy may define static park(),
+// unpark_one(), unpark_channel() and unpark_all() with the signatures above (the
+// deterministic scheduler of tests/schedule/ does, to explore sleeps and wake-ups);
+// otherwise these are the functions above, at no cost.
+template <class Policy, class A>
+inline void policy_park(A& word, std::uint32_t expected, unsigned channel = 0) noexcept {
+  if constexpr (requires { Policy::park(word, expected, channel); }) {
+    Policy::park(word, expected, channel);
+  } else {
+    park(word, expected, channel);
+  }
+}
+template <class Policy, class A>
+inline void policy_unpark_one(A& word, unsigned channel = 0) noexcept {
+  if constexpr (requires { Policy::unpark_one(word, channel); }) {
+    Policy::unpark_one(word, channel);
+  } else {
+    unpark_one(word, channel);
+  }
+}
+template <class Policy, class A>
+inline void policy_unpark_channel(A& word, unsigned channel) noexcept {
+  if constexpr (requires { Policy::unpark_channel(word, channel); }) {
+    Policy::unpark_channel(word, channel);
+  } else {
+    unpark_channel(word, channel);
+  }
+}
+template <class Policy, class A>
+inline void policy_unpark_all(A& word) noexcept {
+  if constexpr (requires { Policy::unpark_all(word); }) {
+    Policy::unpark_all(word);
+  } else {
+    unpark_all(word);
+  }
+}
+
 }  // namespace hotpath::detail
 HOTPATH_VISIBILITY_END

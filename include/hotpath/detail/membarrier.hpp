@@ -81,5 +81,25 @@ inline void heavy_fence() noexcept {
 #endif
 }
 
+// The pair through a primitive's policy: a policy may define static light_fence()
+// and heavy_fence() (the deterministic scheduler of tests/schedule/ does, to model
+// them); otherwise these are the functions above, at no cost.
+template <class Policy>
+inline void policy_light_fence() noexcept {
+  if constexpr (requires { Policy::light_fence(); }) {
+    Policy::light_fence();
+  } else {
+    light_fence();
+  }
+}
+template <class Policy>
+inline void policy_heavy_fence() noexcept {
+  if constexpr (requires { Policy::heavy_fence(); }) {
+    Policy::heavy_fence();
+  } else {
+    heavy_fence();
+  }
+}
+
 }  // namespace hotpath::detail
 HOTPATH_VISIBILITY_END

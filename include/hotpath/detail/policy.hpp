@@ -6,7 +6,17 @@
 // A waiting strategy W provides
 //   static constexpr bool parks;      // may the caller ever go to sleep?
 //   static bool relax(unsigned& n);   // one step of spinning; false: park now
+//   static void yield();              // optional: relax_or_yield()'s sched_yield()
 // and the primitive parks with detail::park() / unpark_*() only when W::parks.
+//
+// A policy may also define static hooks that replace what a primitive otherwise
+// calls directly: park(word, expected, channel), unpark_one(word, channel),
+// unpark_channel(word, channel), unpark_all(word) (detail/futex.hpp), light_fence(),
+// heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter) and
+// local<T>() (a thread's own T: detail::policy_local() below). The
+// deterministic scheduler of tests/schedule/ defines them all; basic_policy defines
+// none, so the default path is the plain calls (detail::policy_park() and friends
+// choose at compile time).
 #pragma once
 
 #include <atomic>
@@ -95,12 +105,31 @@ using yield_policy = basic_policy<spin_then_yield<>>;
 
 namespace detail {
 // Wait where sleeping is impossible (nobody would wake us): spin the strategy's
-// budget, then yield. Used for the short windows in which a peer is between two
-// stores of a protocol, e.g. an MCS successor that swapped the tail but has not
-// yet linked itself in.
+// budget, then yield (W::yield() where the strategy defines it, as a test's
+// scheduler does, else sched_yield()). Used for the short windows in which a peer is
+// between two stores of a protocol, e.g. an MCS successor that swapped the tail but
+// has not yet linked itself in.
 template <class W>
 inline void relax_or_yield(unsigned& n) noexcept {
-  if (!W::relax(n)) yield_cpu();
+  if (W::relax(n)) return;
+  if constexpr (requires { W::yield(); }) {
+    W::yield();
+  } else {
+    yield_cpu();
+  }
+}
+
+// The calling thread's own T (value-initialised on first use, destroyed when the
+// thread exits): a thread_local, unless the policy defines local<T>() (a scheduler
+// that runs a test's threads as fibers gives each fiber its own).
+template <class Policy, class T>
+inline T& policy_local() noexcept {
+  if constexpr (requires { Policy::template local<T>(); }) {
+    return Policy::template local<T>();
+  } else {
+    thread_local T t;
+    return t;
+  }
 }
 }  // namespace detail
 
