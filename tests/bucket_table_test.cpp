@@ -391,10 +391,12 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
     std::atomic<std::int64_t> refused{0}, admitted{0};
     for (int round = 0; round < 4; ++round) {
       std::atomic<bool> go{false};
+      std::atomic<unsigned> ready{0};
       std::chrono::steady_clock::time_point deadline;  // set before `go`, read after it
       std::vector<std::thread> pool;
       for (unsigned th = 0; th < threads; ++th) {
         pool.emplace_back([&, th] {
+          ready.fetch_add(1, std::memory_order_relaxed);
           while (!go.load(std::memory_order_acquire))
             std::this_thread::yield();
           for (std::uint32_t i = 0; i < 20000; ++i) {
@@ -413,6 +415,9 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
           }
         });
       }
+      // The time budget starts once every thread runs (a loaded machine may be slow to start them).
+      while (ready.load(std::memory_order_relaxed) < threads)
+        std::this_thread::yield();
       deadline = std::chrono::steady_clock::now() + 2s;
       go.store(true, std::memory_order_release);
       for (auto& th : pool)
@@ -426,8 +431,11 @@ TEST(BucketTable, BudgetHoldsUnderAConcurrentFlood) {
       EXPECT_EQ(life.made() - life.destroyed(), t.size());
     }
     // New keys are admitted: a refusal needs every one of a charge's four evictions
-    // to be taken by other threads' charges first (none seen here; allowed, rarely).
-    EXPECT_LE(refused.load(), admitted.load() / 1000);
+    // to be taken by other threads' charges first. Rare, but not negligible when the
+    // threads are preempted between eviction and charge (TSan on a loaded machine saw
+    // up to 8 in a run), so the bound is 5% of admissions; a table that refuses new
+    // keys when full (Linux since 4.17) would refuse nearly all of them here.
+    EXPECT_LE(refused.load() * 20, admitted.load());
     EXPECT_GT(admitted.load(), 0);
     // Nothing expires and nothing is erased: every entry made is live or was evicted.
     EXPECT_EQ(life.made(), evictions.load() + t.size());
