@@ -191,14 +191,19 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   locked(s, [&] { s.eng.expire(now, share); });
 }
 
-// Waits while this worker is more than `window` packets ahead of the slowest other one.
+// Waits while this worker is more than `window` packets ahead of the slowest other one:
+// yields a while, then sleeps in short steps, so that a slower worker preempted on the
+// same core gets it back (yielding alone may hand the core straight back to us).
 inline void pace(shared& s, std::size_t me, std::size_t index) {
-  for (;;) {
+  for (int round = 0;; ++round) {
     std::size_t slowest = done;
     for (std::size_t w = 0; w < s.slots.size(); ++w)
       if (w != me) slowest = std::min(slowest, s.slots[w].position.load(std::memory_order_relaxed));
     if (slowest == done || index <= slowest + s.window) return;
-    std::this_thread::yield();
+    if (round < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
