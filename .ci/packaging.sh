@@ -129,6 +129,8 @@ done
 "$tmp/ex-quickstart-build/hotpath-quickstart" >/dev/null || fail "copied quickstart"
 "$tmp/ex-qdisc-build/hotpath-qdisc" --duration 0.05 --repeat 1 --senders 1,3 --swap-ms 5 \
   >/dev/null || fail "copied qdisc"
+"$tmp/ex-defrag-build/hotpath-defrag" tests/data/defrag/kernel-seed1.pcap -w "$tmp/defrag.pcap" \
+  >/dev/null || fail "copied defrag"
 step "examples built from copies against the installed prefix"
 
 # --- the Debian package -----------------------------------------------------------------
