@@ -588,14 +588,16 @@ TEST_P(DefragLinux, SameIdDifferentKeysAreDifferentDatagrams) {
 
 TEST_P(DefragLinux, SixtyFourFragmentsAndTheLimit) {
   const bytes payload = pattern(64 * 8 * 10, 39);
-  harness h;
+  defrag::config c64;
+  c64.max_fragments = 64;
+  harness h(c64);
   auto fs = cut(payload, 80);  // 64 fragments
   ASSERT_EQ(fs.size(), 64u);
   std::reverse(fs.begin(), fs.end());
   h.feed(f(), fs);
   ASSERT_EQ(h.out.size(), 1u);
   EXPECT_EQ(h.out[0], f().whole(payload));
-  harness over;
+  harness over(c64);
   auto more = cut(pattern(65 * 80, 40), 80);  // 65 fragments
   over.feed(f(), more);
   EXPECT_TRUE(over.out.empty());
@@ -605,6 +607,15 @@ TEST_P(DefragLinux, SixtyFourFragmentsAndTheLimit) {
   harness raised(c);
   raised.feed(f(), more);
   EXPECT_EQ(raised.out.size(), 1u);
+  // The default, like Linux, has no practical limit: the largest datagram in 8-byte
+  // fragments (the memory budget bounds what a flood can queue).
+  harness dflt;
+  const bytes big = pattern(1000 * 8, 41);
+  auto tiny = cut(big, 8);  // 1000 fragments
+  std::reverse(tiny.begin(), tiny.end());
+  dflt.feed(f(), tiny);
+  ASSERT_EQ(dflt.out.size(), 1u);
+  EXPECT_EQ(dflt.out[0], f().whole(big));
 }
 
 INSTANTIATE_TEST_SUITE_P(Family, DefragLinux, ::testing::Values(4, 6),

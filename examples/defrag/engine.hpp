@@ -49,8 +49,10 @@ struct config {
   std::int64_t budget_bytes = 4 << 20;          // high threshold, kernel truesize units
   std::int64_t timeout_v4_ns = 30'000'000'000;  // ipfrag_time
   std::int64_t timeout_v6_ns = 60'000'000'000;  // ip6frag_time
-  std::uint32_t max_fragments = 64;             // per datagram (>= 64)
-  std::size_t buckets = 4096;                   // fixed at construction
+  // Per datagram. Linux has no such limit (its memory threshold bounds a datagram),
+  // so the default admits the most a datagram can have: 65535 bytes in 8-byte pieces.
+  std::uint32_t max_fragments = 8192;
+  std::size_t buckets = 4096;  // fixed at construction
 };
 
 // Drop reasons and other counters; the kernel's names where they exist.
