@@ -100,12 +100,6 @@ struct action_rcu {
   }
 };
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 template <class Action>
 void skbedit(benchmark::State& state) {
   const auto threads = static_cast<unsigned>(state.range(0));
@@ -124,34 +118,26 @@ void skbedit(benchmark::State& state) {
           std::this_thread::yield();
         packet pkt;
         std::uint64_t n = 0;
-        const double cpu0 = thread_cpu_seconds();
+        const double cpu0 = hotpath::bench::thread_cpu_seconds();
         while (!stop.load(std::memory_order_relaxed)) {
           pkt.len = 64 + static_cast<std::uint32_t>(n & 1023);
           benchmark::DoNotOptimize(action.act(pkt));
           ++n;
         }
-        cpu[t] = thread_cpu_seconds() - cpu0;
+        cpu[t] = hotpath::bench::thread_cpu_seconds() - cpu0;
         sent[t] = n;
       });
     }
     std::uint64_t swaps = 0;
-    std::thread control([&] {
+    // The control thread: one more participant in the window.
+    pool.emplace_back([&] {
       ready.fetch_add(1);
       while (!stop.load(std::memory_order_relaxed)) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         action.replace(next_params(static_cast<std::uint32_t>(++swaps)));
       }
     });
-    while (ready.load() < threads + 1)
-      std::this_thread::yield();
-    const auto start = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(window);
-    stop.store(true);
-    for (auto& th : pool)
-      th.join();
-    control.join();
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double secs = hotpath::bench::run_window(pool, ready, threads + 1, stop, window);
     state.SetIterationTime(secs);
     std::uint64_t total = 0;
     double cpu_secs = 0;

@@ -148,15 +148,7 @@ std::uint64_t run_window(benchmark::State& state, unsigned threads,
       cpu[t] = thread_cpu_seconds() - cpu0;
     });
   }
-  while (ready.load(std::memory_order_relaxed) < threads)
-    std::this_thread::yield();
-  const auto start = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(window);
-  stop.store(true, std::memory_order_relaxed);
-  for (auto& th : pool)
-    th.join();
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs = run_window(pool, ready, threads, stop, window);  // support/measure.hpp
   state.SetIterationTime(secs);
   double total = 0, sq = 0, lo = 1e300, hi = 0, cpu_secs = 0;
   for (unsigned t = 0; t < threads; ++t) {
