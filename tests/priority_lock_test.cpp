@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "support/lock_suite.hpp"
+#include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
 #include "support/stress.hpp"
 
@@ -27,6 +28,13 @@ INSTANTIATE_TYPED_TEST_SUITE_P(priority, lockable_suite, priority_types);
 static_assert(!std::is_copy_constructible_v<priority_lock>);
 static_assert(sizeof(priority_lock) == 4);
 [[maybe_unused]] constinit priority_lock constant_initialised;  // constexpr default constructor
+
+// The next owner may free the lock while the unlock() that released it returns
+// (support/next_owner_frees.hpp), through the ordinary side, FIFO or not.
+TEST(PriorityLock, NextOwnerMayFreeTheLockAtOnce) {
+  next_owner_frees_the_lock<basic_priority_lock<destroy::policy>>();
+  next_owner_frees_the_lock<basic_priority_lock<destroy::policy, true>>();
+}
 
 TEST(PriorityLock, PrivilegedViewWorksWithScopedLock) {
   priority_lock l;

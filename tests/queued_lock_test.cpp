@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "support/lock_suite.hpp"
+#include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
 #include "support/stress.hpp"
 
@@ -437,6 +438,10 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
   delayer.join();
   sigaction(SIGUSR1, &old, nullptr);
   EXPECT_EQ(writes, 0u) << "storage written after destruction, in " << rounds << " rounds";
+}
+
+TEST(QueuedLock, NextOwnerMayFreeTheLockAtOnce) {
+  next_owner_frees_the_lock<basic_queued_lock<destroy::policy>>();
 }
 
 }  // namespace

@@ -121,6 +121,7 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
   std::uint32_t state() const noexcept { return core_.state(); }
 
  private:
+  friend struct detail::lock_test_access;
   core core_;
 };
 

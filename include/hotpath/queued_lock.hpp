@@ -24,10 +24,10 @@
 //       is still its own) and makes its successor head.
 //
 // Uncontended, lock() is one compare-and-swap of the locked byte and unlock() one
-// release store to it, as in the kernel, plus loads of the flag byte (no locked
-// instruction). Both use the byte, not the word, because a byte store followed by a
-// word CAS on the same address defeats store forwarding (2.8x the cost measured on
-// x86). The owner holds no node: nodes are used only while waiting.
+// release store to it, as in the kernel, plus a load of the flag byte before the
+// store and of a sleeper counter after it (no locked instruction). Both use the byte, not the word,
+// because a byte store followed by a word CAS on the same address defeats store forwarding (2.8x
+// the cost measured on x86). The owner holds no node: nodes are used only while waiting.
 //
 // Nodes: 4 per thread, as the kernel's 4 per cpu (task, softirq, hardirq, NMI). A
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
@@ -44,13 +44,19 @@
 //
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending
-// owner and the head spin on the word, then set `slow` and sleep on it; unlock()
-// reads the flag byte after its store and wakes them. The pending owner keeps
-// pending until it has the lock (so a signal or a spurious wake-up never sends it
-// behind later arrivals); past its bound it asks for the handoff. The kernel marks the locked
-// byte itself (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow`
-// beside it keeps unlock a store, and the store-then-load race is closed by an
-// asymmetric fence pair (detail/membarrier.hpp): the sleeper pays the heavy side.
+// owner and the head spin on the word, then set `slow` and sleep on it; an unlock()
+// that sees the flag before its release takes the RMW path and wakes them. The
+// pending owner keeps pending until it has the lock (so a signal or a spurious
+// wake-up never sends it behind later arrivals); past its bound it asks for the
+// handoff. The kernel marks the locked byte itself (value 3) and so pays a cmpxchg in
+// every pv unlock (a locked byte exchange costs 2x our store unlock here, a word CAS
+// 4x: docs/locks.md). Here unlock stays a store: a sleeper also counts itself in a
+// process-wide sleeper table (a padded counter per hash bucket of the lock's
+// address), and an unlock() whose flag check came too early reads that counter after
+// its store and wakes. The counter lives in static memory, so the lock may be
+// destroyed by its next owner while that unlock() is still returning; the
+// store-then-load race is closed by an asymmetric fence pair (detail/membarrier.hpp):
+// the sleeper pays the heavy side.
 //
 // Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
@@ -87,6 +93,31 @@ namespace hotpath {
 
 namespace detail {
 
+struct lock_test_access;  // tests' view of the word (tests/support/lock_test_access.hpp)
+
+// How many threads sleep (or are about to) on the words that hash to each bucket.
+// unlock() reads it after the store that releases the lock, when the lock may already
+// be destroyed: a table with static storage, which outlives every lock, keeps that
+// read safe. One per process (default visibility, see detail/config.hpp) and per
+// atomic type (a test's instrumented atomics get their own). Buckets are padded so
+// that one lock's sleepers do not make another's unlock() miss in its cache; locks
+// sharing a bucket cost each other only spurious wake-ups while one of them has
+// sleepers.
+template <class Atomic>
+struct sleeper_table {
+  static constexpr std::size_t buckets = 256;
+  struct alignas(cache_line_size) bucket {
+    Atomic count{0};
+  };
+  static inline bucket table[buckets];
+
+  static Atomic& of(const void* word) noexcept {
+    // Fibonacci hashing of the address: neighbouring locks land far apart.
+    const auto a = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(word));
+    return table[(a * 0x9e3779b97f4a7c15ull) >> 56].count;
+  }
+};
+
 // The algorithm, shared with priority_lock: Requests adds the privileged request
 // bits (priority_lock.hpp); without it they are never set and cost nothing.
 template <class Policy, bool Requests>
@@ -116,6 +147,13 @@ class queued_core {
   // Flags that make unlock() take the RMW path.
   static constexpr std::uint32_t unlock_flags =
       handoff | slow | parked | (Requests ? request | prio_slow | prio_held : 0u);
+  // What unlock()'s check before its store looks for. (A test-only mutant build
+  // forgets the handoff, which tests/schedule/ must catch.)
+#if defined(HOTPATH_MUTANT_QUEUED_SKIP_HANDOFF)
+  static constexpr std::uint32_t unlock_check_flags = unlock_flags & ~handoff;
+#else
+  static constexpr std::uint32_t unlock_check_flags = unlock_flags;
+#endif
   // With a policy that never sleeps, the pending owner or the head asks for the
   // handoff after this many rounds of waiting.
   static constexpr unsigned handoff_spins = 128;
@@ -145,22 +183,19 @@ class queued_core {
 
   // One attempt at the free locked byte (the steal attempt of lock()).
   bool try_lock() noexcept {
-    if constexpr (byte_ops) {
-      std::uint8_t expected = 0;
-      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
-      if (!__atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
-                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        return false;
-      }
+    if constexpr (split_ops) {
+      if (!cas_locked_byte()) return false;
       if constexpr (Requests) {
         // The byte CAS cannot see the request bit. Both are RMWs of this word, so a
         // request published before our CAS is seen by this load; then we back off
         // before any critical section begins: unlock() hands the lock to the
         // privileged thread. A request after our CAS waits for our section.
-        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (request >> 8)) [[unlikely]] {
+#if !defined(HOTPATH_MUTANT_PRIORITY_NO_BACKOFF)
+        if (flag_bits() & request) [[unlikely]] {
           unlock();
           return false;
         }
+#endif
       }
       return true;
     } else {
@@ -173,33 +208,39 @@ class queued_core {
   }
 
   // Safe to destroy the lock once unlocked, even while the unlock() that released it
-  // to us is still returning: after its release, unlock() writes nothing to the word
-  // (only futex wake-ups, harmless on an address whose object has ended).
+  // to us is still returning: after its release, unlock() neither writes nor reads
+  // the lock (it reads the sleeper table, which never dies, and may issue a futex
+  // wake-up, harmless on an address whose object has ended).
   void unlock() noexcept {
     HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
-    if constexpr (byte_ops) {
+    if constexpr (split_ops) {
       // A handoff is asked for (the byte must stay set), or somebody sleeps: release
       // and clear the flags in one RMW, then only wake.
-      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (unlock_flags >> 8)) {
+      if (flag_bits() & unlock_check_flags) [[unlikely]] {
         unlock_slow();
         return;
       }
-      // Release hands the critical section to the next acquire of the lock. Only the
-      // owner writes the locked byte, so a plain store suffices, as in the kernel.
-      __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
+      // (*,*,1) -> (*,*,0). Release hands the critical section to the next acquire of
+      // the lock. Only the owner writes the locked byte, so a plain store suffices,
+      // as in the kernel.
+      release_locked_byte();
       if constexpr (wait::parks) {
-        detail::light_fence();  // pairs with heavy_fence() in park_on_word()
-        // A sleeper announced itself between our check and our store. The lock may
-        // already be retaken, released and destroyed, so no RMW here: wake and leave
-        // the flag set. No wake-up is lost: a sleeper that flagged before our store is
-        // seen by this load (fence pair) and woken, or saw the byte clear and did not
-        // sleep; the stale flag makes the next unlock() take unlock_slow(), which
-        // clears it and wakes (at worst spuriously: sleepers loop). The load itself may
-        // read a destroyed lock's storage: a stray flag costs a spurious wake.
-        const std::uint8_t f = __atomic_load_n(byte_at(1), __ATOMIC_RELAXED);
-        if (f & (slow >> 8)) detail::unpark_channel(word_, 0);
-        if (f & (parked >> 8)) detail::unpark_channel(word_, 1);
-        if (Requests && (f & (prio_slow >> 8))) detail::unpark_channel(word_, 2);
+        // A sleeper that announced itself between our check and our store. The lock
+        // may already be retaken, released and destroyed, so we read the sleeper
+        // table, not the word: Dekker with park_on_word()'s (count++, heavy_fence,
+        // load word). A sleeper counted before our store is seen here and woken; one
+        // counted after it sees the byte clear (or a new owner's word, whose unlock
+        // sees its flag) and does not sleep on our release. It left its flag in the
+        // word: the next unlock() takes unlock_slow(), which clears it. A count from
+        // another lock of the bucket costs a spurious wake-up (sleepers loop).
+        detail::policy_light_fence<Policy>();  // pairs with heavy_fence() in park_on_word()
+#if defined(HOTPATH_MUTANT_QUEUED_LOAD_AFTER_RELEASE)
+        // The bug this replaced: read the lock's own flags after the release.
+        if (flag_bits() & (slow | parked | prio_slow)) detail::policy_unpark_all<Policy>(word_);
+#else
+        if (sleepers::of(this).load(std::memory_order_relaxed) != 0) [[unlikely]]
+          detail::policy_unpark_all<Policy>(word_);
+#endif
       }
     } else {
       unlock_slow();
@@ -264,7 +305,7 @@ class queued_core {
     } while (!word_.compare_exchange_weak(val, (val & ~(request | prio_slow)) | prio_held | ceded,
                                           std::memory_order_release, std::memory_order_relaxed));
     if constexpr (wait::parks) {
-      if (val & prio_slow) detail::unpark_channel(word_, 2);
+      if (val & prio_slow) detail::policy_unpark_channel<Policy>(word_, 2);
     }
     // Never sleeps (nobody would wake us): the privileged section is short.
     unsigned n = 0;
@@ -279,21 +320,27 @@ class queued_core {
     return (word_.load(std::memory_order_relaxed) & locked_mask) != 0;
   }
   // The whole word (a snapshot), for tests and diagnostics.
-  std::uint32_t state() const noexcept { return word_.load(std::memory_order_relaxed); }
+  std::uint32_t state() const noexcept {
+    return word_.load(std::memory_order_relaxed);
+  }
   // Takes this thread's slot and creates its nodes, so that no later lock() of this
   // thread allocates or takes a mutex: call it before a signal handler of this
   // thread may contend (a first wait in a queue, outside a handler, does the same).
   // False if no slot or no memory was to be had: lock() then waits without a node.
   static bool prepare_thread() noexcept {
     (void)depth();
-    const std::uint32_t slot = slots::this_thread_slot();
+    const std::uint32_t slot = this_slot();
     return slot != slots::no_slot && table::find_or_create(slot) != nullptr;
   }
 
   // How many of this thread's nodes are in use (waits in progress), for tests.
-  static unsigned nodes_in_use() noexcept { return depth(); }
+  static unsigned nodes_in_use() noexcept {
+    return depth();
+  }
 
  private:
+  friend struct detail::lock_test_access;
+
   enum : std::uint32_t { waiting = 0, head = 1, sleeping = 2 };
 
   struct alignas(cache_line_size) node {
@@ -305,24 +352,82 @@ class queued_core {
   };
   using table = detail::slot_table<node_block>;
 
-  // Byte access to the word, as the kernel does (mixed-size atomics on one object,
-  // which GCC and Clang compile to plain byte operations); only for the real
-  // std::atomic<uint32_t>, whose object representation is the value. Instrumented
-  // atomics take the word-wide path.
+  // Mixed-size access to the word, as the kernel does: the locked byte alone (CAS,
+  // store) and the flag byte (load). For the real std::atomic<uint32_t>, whose object
+  // representation is the value, these are byte operations (mixed-size atomics on
+  // one object, which GCC and Clang compile to plain byte instructions). A policy
+  // atomic that offers store_bits() (the deterministic scheduler's) gets word
+  // operations with the same effect on the other bytes; other atomics take the
+  // word-wide paths (the RMW unlock).
 #if defined(__GNUC__)
   static constexpr bool byte_ops = detail::raw_futex_ok<atomic<std::uint32_t>>;
 #else
   static constexpr bool byte_ops = false;
 #endif
+  static constexpr bool split_ops = byte_ops || requires(atomic<std::uint32_t> & a) {
+    a.store_bits(locked_mask, 0u, std::memory_order_release);
+  };
+
   // Byte i of the value (0 = bits 0-7), whatever the byte order.
   std::uint8_t* byte_at(unsigned i) noexcept {
     const unsigned off = std::endian::native == std::endian::little ? i : 3 - i;
     return reinterpret_cast<std::uint8_t*>(&word_) + off;
   }
 
+  // (*,*,0) -> (*,*,1), whatever the other bytes hold; false if the byte was set.
+  bool cas_locked_byte() noexcept {
+    if constexpr (byte_ops) {
+      std::uint8_t expected = 0;
+      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
+      return __atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
+                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    } else {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      do {
+        if (val & locked_mask) return false;
+        // Acquire: as above.
+      } while (!word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
+                                            std::memory_order_relaxed));
+      return true;
+    }
+  }
+  // The flag byte (bits 8-15 of the word, in place; the rest zero).
+  std::uint32_t flag_bits() noexcept {
+    if constexpr (byte_ops) {
+      return std::uint32_t{__atomic_load_n(byte_at(1), __ATOMIC_RELAXED)} << 8;
+    } else {
+      return word_.load(std::memory_order_relaxed) & 0xff00u;
+    }
+  }
+  // The owner's release of the locked byte, leaving the other bytes alone.
+  void release_locked_byte() noexcept {
+    if constexpr (byte_ops) {
+      __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
+    } else {
+      word_.store_bits(locked_mask, 0u, std::memory_order_release);
+    }
+  }
+
+  // Sleepers on the word, counted outside the lock (unlock() reads the count after
+  // its release store, when the lock may be gone).
+  using sleepers = detail::sleeper_table<atomic<std::uint32_t>>;
+
+  // This thread's nodes in use (waits in progress).
+  struct nesting {
+    unsigned depth = 0;
+  };
   static unsigned& depth() noexcept {
-    thread_local unsigned d = 0;
-    return d;
+    return detail::policy_local<Policy, nesting>().depth;
+  }
+
+  // This thread's slot: the registry's, unless the policy names threads itself (the
+  // deterministic scheduler runs its threads as fibers of one OS thread).
+  static std::uint32_t this_slot() noexcept {
+    if constexpr (requires { Policy::thread_slot(); }) {
+      return Policy::thread_slot();
+    } else {
+      return slots::this_thread_slot();
+    }
   }
 
   static node& node_of(std::uint32_t tail) noexcept {
@@ -356,11 +461,12 @@ class queued_core {
                                           std::memory_order_relaxed));
     if constexpr (wait::parks) {
       if (Requests && (val & (ceded | request)) != 0) {
-        if ((val & ceded) == 0 && (val & prio_slow)) detail::unpark_channel(word_, 2);
+        if ((val & ceded) == 0 && (val & prio_slow))
+          detail::policy_unpark_channel<Policy>(word_, 2);
         return;
       }
-      if (val & slow) detail::unpark_channel(word_, 0);
-      if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
+      if (val & slow) detail::policy_unpark_channel<Policy>(word_, 0);
+      if ((val & parked) && (nv & parked) == 0) detail::policy_unpark_channel<Policy>(word_, 1);
     }
   }
 
@@ -387,6 +493,9 @@ class queued_core {
   // we ask for the handoff, as the head does. The bit is ours alone: the head asks
   // only while pending is clear, and nobody takes pending while a queue exists.
   void pending_wait() noexcept {
+#if defined(HOTPATH_MUTANT_QUEUED_PENDING_CLEARED_EARLY)
+    word_.fetch_and(~pending, std::memory_order_relaxed);  // gives up its place at once
+#endif
     bounded_wait w;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
@@ -411,7 +520,7 @@ class queued_core {
 
   void queue() noexcept {
     unsigned& d = depth();
-    const std::uint32_t slot = slots::this_thread_slot();
+    const std::uint32_t slot = this_slot();
     node_block* b = nullptr;
     if (slot != slots::no_slot && d < nodes_per_thread) b = table::find_or_create(slot);
     if (b == nullptr) {  // no slot, nested too deep, or out of memory
@@ -514,7 +623,7 @@ class queued_core {
     const std::uint32_t old = succ->state.exchange(head, std::memory_order_acq_rel);
     if constexpr (wait::parks) {
       // succ may be running and reuse its node: a spurious wake is then harmless.
-      if (old == sleeping) detail::unpark_one(succ->state);
+      if (old == sleeping) detail::policy_unpark_one<Policy>(succ->state);
     }
   }
 
@@ -531,7 +640,7 @@ class queued_core {
         if (me.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
                                              std::memory_order_acquire)) {
           do {
-            detail::park(me.state, sleeping);
+            detail::policy_park<Policy>(me.state, sleeping);
           } while (me.state.load(std::memory_order_acquire) != head);
           return true;
         }
@@ -561,28 +670,45 @@ class queued_core {
     }
   }
 
-  // Announce a sleeper with `flag`, then sleep on `channel` while the lock is held
-  // (and, for a head that asked for the handoff, not yet handed to it). Dekker with
-  // unlock(): we set the flag, fence, load the word; it stores the locked byte,
-  // fences, loads the flag (or does one RMW that sees the flag).
+  // Announce a sleeper with `flag` (so that unlock() takes unlock_slow(), which
+  // wakes precisely) and in the sleeper table (so that an unlock() already past its
+  // flag check sees us), then sleep on `channel` while the lock is held (and, for a
+  // head that asked for the handoff, not yet handed to it). Dekker with unlock(): we
+  // count ourselves, fence, load the word; it stores the locked byte, fences, loads
+  // the count (or does one RMW that sees the flag).
   void park_on_word(unsigned channel, std::uint32_t flag, bool asked) noexcept {
     word_.fetch_or(flag, std::memory_order_relaxed);
-    detail::heavy_fence();  // pairs with light_fence() in unlock()
-    const std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if ((val & busy_mask) == 0 || (val & flag) == 0) return;
-    if (asked && (val & handoff) == 0) return;  // handed over meanwhile
-    detail::park(word_, val, channel);
+    sleep_on_word(channel, [&](std::uint32_t val) {
+      if ((val & busy_mask) == 0 || (val & flag) == 0) return false;
+      return !asked || (val & handoff) != 0;  // not handed over meanwhile
+    });
   }
 
   // The privileged thread sleeps while the lock is held and its request not yet
-  // served. Dekker with unlock() as in park_on_word(); the request bit alone already
-  // sends every unlock() that sees it to unlock_slow(), which wakes channel 2.
+  // served. The request bit alone already sends every unlock() that sees it to
+  // unlock_slow(), which wakes channel 2.
   void park_privileged() noexcept {
     word_.fetch_or(prio_slow, std::memory_order_relaxed);
-    detail::heavy_fence();  // pairs with light_fence() in unlock()
+    sleep_on_word(2, [](std::uint32_t val) {
+      return (val & locked_mask) != 0 && (val & request) != 0 && (val & prio_slow) != 0;
+    });
+  }
+
+  // Count ourselves in the sleeper table, fence, and sleep on `channel` if the word
+  // (loaded after the fence) still says so.
+  template <class Still>
+  void sleep_on_word(unsigned channel, Still still_blocked) noexcept {
+    atomic<std::uint32_t>& count = sleepers::of(this);
+#if !defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
+    count.fetch_add(1, std::memory_order_relaxed);
+#endif
+    detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in unlock()
     const std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if ((val & locked_mask) == 0 || (val & request) == 0 || (val & prio_slow) == 0) return;
-    detail::park(word_, val, 2);
+#if defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
+    count.fetch_add(1, std::memory_order_relaxed);  // too late: unlock() may have looked
+#endif
+    if (still_blocked(val)) detail::policy_park<Policy>(word_, val, channel);
+    count.fetch_sub(1, std::memory_order_relaxed);
   }
 
   atomic<std::uint32_t> word_{0};
