@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "support/lock_suite.hpp"
+#include "support/lock_test_access.hpp"
 #include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
 #include "support/stress.hpp"
@@ -418,9 +419,9 @@ TEST(PriorityLock, StealerBacksOffFromAFreeLockWithARequest) {
   // Handed over: held, for the privileged thread, its request served.
   EXPECT_TRUE(l.is_locked());
   EXPECT_FALSE(l.request_pending());
-  EXPECT_NE(l.state() & priority_lock::prio_held, 0u);
+  EXPECT_NE(lock_test_access::state(l) & priority_lock::prio_held, 0u);
   l.unlock();
-  EXPECT_EQ(l.state(), 0u);
+  EXPECT_EQ(lock_test_access::state(l), 0u);
   // The same through lock(): it backs off, queues, and gets in after the privileged
   // section (which this thread runs on the privileged thread's behalf).
   word.store(priority_lock::request, std::memory_order_relaxed);
@@ -430,13 +431,14 @@ TEST(PriorityLock, StealerBacksOffFromAFreeLockWithARequest) {
     in = true;
     l.unlock();
   });
-  while (l.state() == priority_lock::request)
+  while (lock_test_access::state(l) == priority_lock::request)
     std::this_thread::yield();
   EXPECT_FALSE(in.load());
   l.unlock();  // the privileged section ends
   t.join();
   EXPECT_TRUE(in.load());
-  EXPECT_EQ(l.state() & ~(basic_queued_lock<>::slow | basic_queued_lock<>::parked), 0u);
+  EXPECT_EQ(lock_test_access::state(l) & ~(basic_queued_lock<>::slow | basic_queued_lock<>::parked),
+            0u);
 }
 
 // cede(): an ordinary owner in a long section lets a pending privileged section run

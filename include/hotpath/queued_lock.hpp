@@ -16,18 +16,33 @@
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
-//   (tail, pending, locked)
-//   (0,0,0) --lock: one CAS of the locked byte--> (0,0,1) --unlock: one store--> (0,0,0)
-//   (0,0,1) --2nd thread--> (0,1,1) --owner unlocks--> (0,1,0) --pending owner--> (0,0,1)
-//   (*,1,*) or (n,*,*) --3rd+ thread--> queue on a node, tail = it; the queue head
-//       spins on the word until the lock is free, takes it (clearing the tail if it
-//       is still its own) and makes its successor head.
+// Transitions, in one notation for the whole word (qspinlock.c's, with the flags):
+//
+//   tail,pending,locked [flags]
+//
+// tail: 0 (no queue), t (the caller's own), n (another thread's), * (any); pending
+// and locked: 0, 1 or * (locked 1: the byte is set). [flags] names the flag bits a
+// transition tests (before the arrow) or changes (after it: +set, -clear); flags not
+// named are left as they are. h handoff, s slow, p parked; priority_lock's r request,
+// rs prio_slow, ph prio_held, c ceded. Every helper below is tagged with the
+// transitions it makes; a queue node's own word goes waiting -> sleeping -> head.
+//
+//   *,*,0 -> *,*,1               lock(): the byte CAS (try_lock)
+//   *,*,1 -> *,*,0  [no h s p]   unlock(): one store (unlock)
+//   0,0,* -> 0,1,*               2nd thread claims pending (lock_slow)
+//   *,1,0 -> *,0,1  [-h]         the pending owner takes the free lock (pending_wait)
+//   *,*,* -> t,*,*               3rd+ thread queues on a node (queue)
+//   t,0,0 -> 0,0,1  [-h -s]      the queue head takes it, last in the queue
+//   n,0,0 -> n,0,1  [-h -s]      ... or with successors, and makes the next head
+//   *,*,* -> *,*,*  [+h]         the pending owner or head, past its bound, asks
+//   *,*,1 [h] -> *,*,1 [-h -s]   and unlock() hands it the lock (unlock_slow)
 //
 // Uncontended, lock() is one compare-and-swap of the locked byte and unlock() one
 // release store to it, as in the kernel, plus a load of the flag byte before the
-// store and of a sleeper counter after it (no locked instruction). Both use the byte, not the word,
-// because a byte store followed by a word CAS on the same address defeats store forwarding (2.8x
-// the cost measured on x86). The owner holds no node: nodes are used only while waiting.
+// store and of a sleeper counter after it (no locked instruction). Both use the
+// byte, not the word, because a byte store followed by a word CAS on the same address
+// defeats store forwarding (2.8x the cost measured on x86). The owner holds no node:
+// nodes are used only while waiting.
 //
 // Nodes: 4 per thread, as the kernel's 4 per cpu (task, softirq, hardirq, NMI). A
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
@@ -168,6 +183,7 @@ class queued_core {
     lock_slow();
   }
 
+  // 0,0,0 -> 0,0,1  [no flags]
   // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
   // from 0. If every thread enters through it (try_lock() aside), nobody passes the
   // pending owner or the queue: the lock is FIFO (fifo_priority_lock's ordinary side).
@@ -181,6 +197,7 @@ class queued_core {
     lock_slow();
   }
 
+  // *,*,0 -> *,*,1; priority_lock, seeing [r] after it: *,*,1 -> *,*,0 (backs off)
   // One attempt at the free locked byte (the steal attempt of lock()).
   bool try_lock() noexcept {
     if constexpr (split_ops) {
@@ -207,6 +224,7 @@ class queued_core {
     }
   }
 
+  // *,*,1 -> *,*,0  [no h s p r rs ph c]; any of them: unlock_slow()
   // Safe to destroy the lock once unlocked, even while the unlock() that released it
   // to us is still returning: after its release, unlock() neither writes nor reads
   // the lock (it reads the sleeper table, which never dies, and may issue a futex
@@ -220,7 +238,7 @@ class queued_core {
         unlock_slow();
         return;
       }
-      // (*,*,1) -> (*,*,0). Release hands the critical section to the next acquire of
+      // *,*,1 -> *,*,0. Release hands the critical section to the next acquire of
       // the lock. Only the owner writes the locked byte, so a plain store suffices,
       // as in the kernel.
       release_locked_byte();
@@ -247,6 +265,7 @@ class queued_core {
     }
   }
 
+  // *,*,* -> *,*,*  [+r];  *,*,0 [r] -> *,*,1 [-r -rs +ph], or unlock_slow() hands over
   // The privileged side (Requests only; priority_lock.hpp). Publish the request,
   // after which every ordinary way in fails, then take the lock when it is free or
   // when the owner's unlock() hands it over.
@@ -279,6 +298,7 @@ class queued_core {
     }
   }
 
+  // *,*,0 -> *,*,1  [+ph]
   bool try_lock_request() noexcept requires Requests {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     HOTPATH_ASSERT((val & (request | prio_held)) == 0,
@@ -293,6 +313,7 @@ class queued_core {
     return false;
   }
 
+  // *,*,1 [r] -> *,*,1 [-r -rs +ph +c]; back at the privileged unlock: [-c -ph]
   // Called by an ordinary owner in a long critical section: if a privileged request
   // is pending, lend the lock to the privileged thread and take it back when its
   // section ends, before any ordinary thread (the locked byte stays set throughout),
@@ -319,9 +340,9 @@ class queued_core {
   bool is_locked() const noexcept {
     return (word_.load(std::memory_order_relaxed) & locked_mask) != 0;
   }
-  // The whole word (a snapshot), for tests and diagnostics.
-  std::uint32_t state() const noexcept {
-    return word_.load(std::memory_order_relaxed);
+  // True while a privileged request is published and not yet granted (a snapshot).
+  bool request_pending() const noexcept requires Requests {
+    return (word_.load(std::memory_order_relaxed) & request) != 0;
   }
   // Takes this thread's slot and creates its nodes, so that no later lock() of this
   // thread allocates or takes a mutex: call it before a signal handler of this
@@ -331,11 +352,6 @@ class queued_core {
     (void)depth();
     const std::uint32_t slot = this_slot();
     return slot != slots::no_slot && table::find_or_create(slot) != nullptr;
-  }
-
-  // How many of this thread's nodes are in use (waits in progress), for tests.
-  static unsigned nodes_in_use() noexcept {
-    return depth();
   }
 
  private:
@@ -434,6 +450,10 @@ class queued_core {
     return table::get((tail >> slot_shift) - 1).nodes[(tail >> idx_shift) & 3u];
   }
 
+  //   *,*,1 [c] -> *,*,1 [-c -ph]         back to the owner that ceded
+  //   *,*,1 [r] -> *,*,1 [-r -rs +ph]     to the privileged thread
+  //   *,*,1 [h] -> *,*,1 [-h -s -ph]      to the pending owner or the head that asked
+  //   *,*,1     -> *,*,0 [-s -p -ph]      released; wakes the sleepers it cleared
   // Word-wide unlock: a handoff to the privileged thread or the head, or release with
   // wake-ups. One RMW, so (single modification order) it sees every sleeper's flag
   // and every request set before it; after it succeeds the word is not touched
@@ -470,6 +490,7 @@ class queued_core {
     }
   }
 
+  // 0,0,* -> 0,1,* (we own pending: pending_wait), else n,1,* -> n,0,* (withdrawn: queue)
   void lock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     // Pending path: only the owner is there, so claim pending and wait without a node.
@@ -486,6 +507,7 @@ class queued_core {
     queue();
   }
 
+  // *,1,0 -> *,0,1 [-h], or handed over: *,1,1 -> *,0,1
   // We own pending: wait until the locked byte clears and take it. Spin, then sleep
   // (flag `slow`). We never give pending up (a spurious wake, a signal, or losing the
   // free lock to a stealer would otherwise send us behind later arrivals): once past
@@ -518,6 +540,7 @@ class queued_core {
     }
   }
 
+  // *,*,* -> t,*,* (the tail swap), then wait_head() and head_acquire()
   void queue() noexcept {
     unsigned& d = depth();
     const std::uint32_t slot = this_slot();
@@ -548,6 +571,8 @@ class queued_core {
     --d;
   }
 
+  // t,0,0 -> 0,0,1 [-h -s] or n,0,0 -> n,0,1 [-h -s] (keeps p); handed over:
+  // t,*,1 -> 0,*,1
   // Queue head: take the free lock, or, after the bound, have it handed over.
   // `slept`: it already slept in the queue, i.e. waited past the bound.
   void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
@@ -592,6 +617,7 @@ class queued_core {
     bool past_bound = false, asked = false;
   };
 
+  // *,*,* -> *,*,* [+h] (the ask), or park_on_word() [+s]
   // One step of it: once past the bound (slept once, or handoff_spins rounds with a
   // policy that never sleeps) and `may_ask`, ask for the handoff so that from now on
   // the lock comes to us; otherwise spin, and with a parking policy sleep (flag slow).
@@ -610,6 +636,7 @@ class queued_core {
     }
   }
 
+  // successor's node: waiting -> head, or sleeping -> head and a wake-up
   // Make our successor the queue head.
   void grant_next(node& me) noexcept {
     node* succ = me.next.load(std::memory_order_acquire);
@@ -627,6 +654,7 @@ class queued_core {
     }
   }
 
+  // our node: waiting -> sleeping (then head, by grant_next())
   // Wait to be made head; true if we slept on the way.
   bool wait_head(node& me) noexcept {
     unsigned n = 0;
@@ -649,6 +677,7 @@ class queued_core {
     }
   }
 
+  // *,*,0 -> *,*,1, or park_on_word() [+p]
   // No node (overflow): trylock, spin, then sleep on the word.
   void lock_overflow() noexcept {
     unsigned n = 0;
@@ -670,6 +699,7 @@ class queued_core {
     }
   }
 
+  // *,*,* -> *,*,* [+s] or [+p]; sleeps while the word stays as loaded
   // Announce a sleeper with `flag` (so that unlock() takes unlock_slow(), which
   // wakes precisely) and in the sleeper table (so that an unlock() already past its
   // flag check sees us), then sleep on `channel` while the lock is held (and, for a
@@ -684,6 +714,7 @@ class queued_core {
     });
   }
 
+  // *,*,* -> *,*,* [+rs]; sleeps while *,*,1 [r rs]
   // The privileged thread sleeps while the lock is held and its request not yet
   // served. The request bit alone already sends every unlock() that sees it to
   // unlock_slow(), which wakes channel 2.

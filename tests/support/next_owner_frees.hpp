@@ -12,6 +12,7 @@
 
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/queued_lock.hpp"
+#include "support/lock_test_access.hpp"
 
 namespace hotpath::test {
 
@@ -58,7 +59,7 @@ void next_owner_frees_the_lock() {
     });
     // Until the next owner waits on the word as the pending owner.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while ((l->state() & word::pending) == 0) {
+    while ((lock_test_access::state(*l) & word::pending) == 0) {
       ASSERT_LT(std::chrono::steady_clock::now(), deadline);
       std::this_thread::yield();
     }
