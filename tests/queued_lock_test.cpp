@@ -230,6 +230,16 @@ TEST(QueuedLock, NestedWaitsFiveDeepFallBack) {
   EXPECT_EQ(nest::max_depth, 4u);  // never a fifth node
 }
 
+// The path counters cost nothing unless built with HOTPATH_LOCK_STATS=1
+// (lock_stats_test.cpp is): off, they stay zero.
+TEST(QueuedLock, PathCountersAreOffByDefault) {
+  static_assert(!detail::lock_stats_enabled);
+  queued_lock l;
+  l.lock();
+  l.unlock();
+  EXPECT_EQ(read_lock_stats().acquisitions(), 0u);
+}
+
 // Holding several queued_locks at once needs no node at all.
 TEST(QueuedLock, HoldingFiveLocksHoldsNoNode) {
   queued_lock locks[5];

@@ -99,6 +99,7 @@
 
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/futex.hpp"
+#include "hotpath/detail/lock_stats.hpp"
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/thread_slots.hpp"
@@ -192,6 +193,7 @@ class queued_core {
     // Acquire pairs with the release store of the previous owner's unlock().
     if (word_.compare_exchange_strong(val, locked_val, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+      count(path::fast);
       return;
     }
     lock_slow();
@@ -214,13 +216,20 @@ class queued_core {
         }
 #endif
       }
+      if constexpr (detail::lock_stats_enabled) {
+        count_steal(word_.load(std::memory_order_relaxed));  // a snapshot: who waited
+      }
       return true;
     } else {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
       if (val & busy_mask) return false;
       // Acquire pairs with the release of the previous owner's unlock().
-      return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
-                                           std::memory_order_relaxed);
+      if (!word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+        return false;
+      }
+      count_steal(val);
+      return true;
     }
   }
 
@@ -277,12 +286,16 @@ class queued_core {
     val |= request;
     unsigned n = 0;
     for (;;) {
-      if ((val & request) == 0) return;  // handed over by unlock_slow()
+      if ((val & request) == 0) {  // handed over by unlock_slow()
+        count(path::privileged);
+        return;
+      }
       if ((val & locked_mask) == 0) {
         // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
         if (word_.compare_exchange_weak(val,
                                         (val & ~(request | prio_slow)) | locked_val | prio_held,
                                         std::memory_order_acquire, std::memory_order_acquire)) {
+          count(path::privileged);
           return;
         }
         continue;
@@ -307,6 +320,7 @@ class queued_core {
       // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
       if (word_.compare_exchange_weak(val, val | locked_val | prio_held, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+        count(path::privileged);
         return true;
       }
     }
@@ -424,6 +438,16 @@ class queued_core {
     }
   }
 
+  // Path counters (detail/lock_stats.hpp): nothing unless HOTPATH_LOCK_STATS=1.
+  using path = detail::lock_path;
+  static void count(path p) noexcept {
+    detail::count_lock_path(p);
+  }
+  // The fast CAS succeeded on a word that held `val`: stolen if somebody waited.
+  static void count_steal(std::uint32_t val) noexcept {
+    count((val & (pending | tail_mask)) != 0 ? path::stolen : path::fast);
+  }
+
   // Sleepers on the word, counted outside the lock (unlock() reads the count after
   // its release store, when the lock may be gone).
   using sleepers = detail::sleeper_table<atomic<std::uint32_t>>;
@@ -525,6 +549,7 @@ class queued_core {
       if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours; now let the head contend.
         word_.fetch_and(~pending, std::memory_order_relaxed);
+        count(path::handed_off);
         return;
       }
       if ((val & busy_mask) == 0) {
@@ -532,6 +557,7 @@ class queued_core {
         // (the head may sleep too). Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, (val & ~(pending | handoff)) | locked_val,
                                         std::memory_order_acquire, std::memory_order_relaxed)) {
+          count(path::pending);
           return;
         }
         continue;
@@ -583,6 +609,7 @@ class queued_core {
       std::uint32_t val = word_.load(std::memory_order_acquire);
       if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours. Clear the tail if it is still ours.
+        count(path::handed_off);
         while ((val & tail_mask) == my_tail) {
           if (word_.compare_exchange_weak(val, val & ~tail_mask, std::memory_order_relaxed,
                                           std::memory_order_relaxed)) {
@@ -602,6 +629,7 @@ class queued_core {
                                          std::memory_order_relaxed)) {
           continue;
         }
+        count(path::queued);
         if (!last) grant_next(me);
         return;
       }
@@ -668,6 +696,7 @@ class queued_core {
         if (me.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
                                              std::memory_order_acquire)) {
           do {
+            count(path::parked);
             detail::policy_park<Policy>(me.state, sleeping);
           } while (me.state.load(std::memory_order_acquire) != head);
           return true;
@@ -687,6 +716,7 @@ class queued_core {
         // Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
                                         std::memory_order_relaxed)) {
+          count(path::overflow);
           return;
         }
         continue;
@@ -729,17 +759,20 @@ class queued_core {
   // (loaded after the fence) still says so.
   template <class Still>
   void sleep_on_word(unsigned channel, Still still_blocked) noexcept {
-    atomic<std::uint32_t>& count = sleepers::of(this);
+    atomic<std::uint32_t>& counted = sleepers::of(this);
 #if !defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
-    count.fetch_add(1, std::memory_order_relaxed);
+    counted.fetch_add(1, std::memory_order_relaxed);
 #endif
     detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in unlock()
     const std::uint32_t val = word_.load(std::memory_order_relaxed);
 #if defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
-    count.fetch_add(1, std::memory_order_relaxed);  // too late: unlock() may have looked
+    counted.fetch_add(1, std::memory_order_relaxed);  // too late: unlock() may have looked
 #endif
-    if (still_blocked(val)) detail::policy_park<Policy>(word_, val, channel);
-    count.fetch_sub(1, std::memory_order_relaxed);
+    if (still_blocked(val)) {
+      count(path::parked);
+      detail::policy_park<Policy>(word_, val, channel);
+    }
+    counted.fetch_sub(1, std::memory_order_relaxed);
   }
 
   atomic<std::uint32_t> word_{0};
