@@ -13,6 +13,7 @@
 
 #include "hotpath/queued_lock.hpp"
 #include "support/alloc_hook.hpp"
+#include "support/lock_test_access.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -28,7 +29,7 @@ using fresh_lock = basic_queued_lock<basic_policy<spin_then_park<256 + Tag>>>;
 template <class Lock, class Pred>
 bool wait_state(const Lock& l, Pred pred) {
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!pred(l.state())) {
+  while (!pred(lock_test_access::state(l))) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(100us);
   }

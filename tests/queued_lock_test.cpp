@@ -12,6 +12,8 @@
 #include <type_traits>
 
 #include "support/lock_suite.hpp"
+#include "support/lock_test_access.hpp"
+#include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
 #include "support/stress.hpp"
 
@@ -37,14 +39,14 @@ std::vector<int> iota_vector(int n) {
 
 template <class Lock>
 std::uint32_t tail_of(const Lock& l) {
-  return l.state() & Lock::tail_mask;
+  return lock_test_access::state(l) & Lock::tail_mask;
 }
 
 // Wait (bounded) until the lock word satisfies pred.
 template <class Lock, class Pred>
 bool wait_state(const Lock& l, Pred pred) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!pred(l.state())) {
+  while (!pred(lock_test_access::state(l))) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
@@ -57,7 +59,7 @@ TEST(QueuedLock, PendingPathUsesNoNode) {
   lock_type lock;
   waiting_threads = 0;
   lock.lock();
-  EXPECT_EQ(lock.state(), lock_type::locked_val);  // uncontended: locked byte only
+  EXPECT_EQ(lock_test_access::state(lock), lock_type::locked_val);  // uncontended: locked byte only
   bool got = false;
   std::thread t([&] {
     lock.lock();
@@ -65,13 +67,13 @@ TEST(QueuedLock, PendingPathUsesNoNode) {
     lock.unlock();
   });
   ASSERT_TRUE(wait_for_waiters(1));
-  EXPECT_TRUE(lock.state() & lock_type::pending);
+  EXPECT_TRUE(lock_test_access::state(lock) & lock_type::pending);
   EXPECT_EQ(tail_of(lock), 0u);
   EXPECT_TRUE(lock.is_locked());
   lock.unlock();
   t.join();
   EXPECT_TRUE(got);
-  EXPECT_EQ(lock.state() & ~(lock_type::slow | lock_type::parked), 0u);
+  EXPECT_EQ(lock_test_access::state(lock) & ~(lock_type::slow | lock_type::parked), 0u);
 }
 
 // Further contenders queue on nodes, FIFO, behind the pending owner; parked waiters
@@ -95,12 +97,12 @@ void queue_path_is_fifo() {
       EXPECT_NE(tail_of(lock), 0u) << "waiter " << i << " is not queued";
     }
   }
-  EXPECT_TRUE(lock.state() & lock_type::pending);
+  EXPECT_TRUE(lock_test_access::state(lock) & lock_type::pending);
   lock.unlock();
   for (auto& t : pool)
     t.join();
   EXPECT_EQ(order, iota_vector(6));
-  EXPECT_EQ(lock.state() & ~(lock_type::slow | lock_type::parked), 0u);
+  EXPECT_EQ(lock_test_access::state(lock) & ~(lock_type::slow | lock_type::parked), 0u);
 }
 
 TEST(QueuedLock, QueuePathIsFifoSpinning) {
@@ -150,7 +152,7 @@ struct wait {
   static constexpr bool parks = true;
   static bool relax(unsigned& n) noexcept {
     if (nester) {
-      const unsigned d = lock_type::nodes_in_use();
+      const unsigned d = lock_test_access::nodes_in_use<lock_type>();
       if (d > max_depth) max_depth = d;
       if (taken < target && static_cast<int>(d) == taken) {
         // Waiting for lock `taken - 1` (or the first): interrupt and take the next.
@@ -207,7 +209,7 @@ void nested_waits(int depth) {
     EXPECT_TRUE(wait_state(last, [](std::uint32_t s) { return (s & lock_type::tail_mask) != 0; }));
   } else {
     EXPECT_TRUE(wait_state(last, [](std::uint32_t s) { return (s & lock_type::parked) != 0; }));
-    EXPECT_EQ(last.state() & lock_type::tail_mask, 0u);
+    EXPECT_EQ(lock_test_access::state(last) & lock_type::tail_mask, 0u);
   }
   release = true;
   t.join();
@@ -221,11 +223,21 @@ void nested_waits(int depth) {
 TEST(QueuedLock, NestedWaitsFourDeepUseAllNodes) {
   nested_waits(4);
   EXPECT_EQ(nest::max_depth, 4u);
-  EXPECT_EQ(nest::lock_type::nodes_in_use(), 0u);
+  EXPECT_EQ(lock_test_access::nodes_in_use<nest::lock_type>(), 0u);
 }
 TEST(QueuedLock, NestedWaitsFiveDeepFallBack) {
   nested_waits(5);
   EXPECT_EQ(nest::max_depth, 4u);  // never a fifth node
+}
+
+// The path counters cost nothing unless built with HOTPATH_LOCK_STATS=1
+// (lock_stats_test.cpp is): off, they stay zero.
+TEST(QueuedLock, PathCountersAreOffByDefault) {
+  static_assert(!detail::lock_stats_enabled);
+  queued_lock l;
+  l.lock();
+  l.unlock();
+  EXPECT_EQ(read_lock_stats().acquisitions(), 0u);
 }
 
 // Holding several queued_locks at once needs no node at all.
@@ -233,7 +245,7 @@ TEST(QueuedLock, HoldingFiveLocksHoldsNoNode) {
   queued_lock locks[5];
   for (auto& l : locks)
     l.lock();
-  EXPECT_EQ(queued_lock::nodes_in_use(), 0u);
+  EXPECT_EQ(lock_test_access::nodes_in_use<queued_lock>(), 0u);
   for (auto& l : locks)
     l.unlock();
 }
@@ -437,6 +449,10 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
   delayer.join();
   sigaction(SIGUSR1, &old, nullptr);
   EXPECT_EQ(writes, 0u) << "storage written after destruction, in " << rounds << " rounds";
+}
+
+TEST(QueuedLock, NextOwnerMayFreeTheLockAtOnce) {
+  next_owner_frees_the_lock<basic_queued_lock<destroy::policy>>();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "hotpath/queued_lock.hpp"
 #include "shared_library/api.hpp"
+#include "support/lock_test_access.hpp"
 #include "support/stress.hpp"
 
 namespace hotpath::test {
@@ -63,7 +64,7 @@ TEST(SharedLibraries, OneQueuedLockAcrossHiddenLibraries) {
   while (finished.load(std::memory_order_acquire) < threads) {
     if (gate.expired()) {
       std::fprintf(stderr, "hung: %u of %u threads finished; lock word %#x\n", finished.load(),
-                   threads, lock.state());
+                   threads, lock_test_access::state(lock));
       std::_Exit(1);  // the others wait forever: do not join them
     }
     std::this_thread::sleep_for(1ms);

@@ -14,6 +14,14 @@
 // The owner learns whether to issue a wake-up from the exchange that grants the
 // lock, so an uncontended or spinning handoff makes no system call.
 //
+// Transitions, in queued_lock.hpp's spirit: `tail: a -> b` for the lock's word and
+// `n.state: a -> b` for a node's (null, &n for the caller's node, * any); each
+// helper below is tagged with the ones it makes.
+//   tail: * -> &n, then prev.next: null -> &n     lock(n): enqueue behind prev
+//   tail: &n -> null                              unlock(n): nobody behind us
+//   succ.state: waiting|sleeping -> granted       unlock(n): hand over (wake if sleeping)
+//   n.state: waiting -> sleeping                  wait_granted(): budget spent
+//
 // Two ways in: an explicit node that the caller owns (lock(node&), or the guard,
 // which keeps its node on the stack), and Lockable lock()/unlock() with
 // per-thread nodes, for std::scoped_lock and std::condition_variable_any. A thread
@@ -69,6 +77,7 @@ class basic_mcs_lock {
   basic_mcs_lock(const basic_mcs_lock&) = delete;
   basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
 
+  // tail: * -> &n; prev.next: null -> &n (if there was a prev), then wait_granted()
   void lock(node& n) noexcept {
     n.next.store(nullptr, std::memory_order_relaxed);
     n.state.store(waiting, std::memory_order_relaxed);
@@ -80,6 +89,7 @@ class basic_mcs_lock {
     wait_granted(n);
   }
 
+  // tail: null -> &n
   bool try_lock(node& n) noexcept {
     n.next.store(nullptr, std::memory_order_relaxed);
     n.state.store(waiting, std::memory_order_relaxed);
@@ -89,6 +99,7 @@ class basic_mcs_lock {
                                          std::memory_order_relaxed);
   }
 
+  // tail: &n -> null, or succ.state: waiting|sleeping -> granted
   void unlock(node& n) noexcept {
     node* succ = n.next.load(std::memory_order_acquire);
     if (succ == nullptr) {
@@ -159,6 +170,7 @@ class basic_mcs_lock {
   static constexpr auto handover_order = std::memory_order_release;
 #endif
 
+  // n.state: waiting -> sleeping (then granted, by the predecessor's unlock())
   void wait_granted(node& n) noexcept {
     unsigned spins = 0;
     for (;;) {

@@ -10,14 +10,18 @@
 //   bit 14  prio_held  the privileged thread holds the lock
 //   bit 15  ceded      ... lent to it by an ordinary owner's cede(), to be returned
 //
-//   (request, locked) from the privileged thread's view
-//   (0,0) --lock_priority: fetch_or(request)--> (1,0) --its CAS--> (0,1)+prio_held
-//   (0,1) --lock_priority: fetch_or(request)--> (1,1) --owner's unlock(): one RMW keeps
-//         the locked byte, clears request, sets prio_held--> (0,1)+prio_held
-//   (0,1)+prio_held --unlock()--> as queued_lock's unlock (an ordinary handoff asked for
-//         meanwhile is served now)
-//   (1,1) --ordinary owner's cede()--> (0,1)+prio_held+ceded --privileged unlock()-->
-//         (0,1): back to the owner that ceded, which spins meanwhile
+// Transitions, in queued_lock.hpp's notation (tail,pending,locked [flags]; r request,
+// rs prio_slow, ph prio_held, c ceded, h handoff, s slow, p parked):
+//
+//   *,*,* -> *,*,* [+r]                 lock_priority() publishes (lock_request)
+//   *,*,0 [r] -> *,*,1 [-r -rs +ph]     ... and takes the free lock
+//   *,*,1 [r] -> *,*,1 [-r -rs +ph]     or the owner's unlock() hands it over
+//                                       (unlock_slow; an asked-for h stays asked)
+//   *,*,1 [ph] -> *,*,0 [-ph -s -p]     the privileged unlock(), as queued_lock's
+//                                       (or [h] -> [-h -s -ph]: hands over to the asker)
+//   *,*,1 [r] -> *,*,1 [-r -rs +ph +c]  an ordinary owner's cede() lends it
+//   *,*,1 [c] -> *,*,1 [-c -ph]         the privileged unlock() gives it back
+//   *,*,* -> *,*,* [+rs]                the privileged thread sleeps (park_privileged)
 //
 // Ordinary side (lock(), try_lock()): queued_lock::lock() exactly, with the request bit
 // in the "busy" test of every way in: the fast CAS of the free locked byte (which
@@ -116,11 +120,10 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
 
   bool is_locked() const noexcept { return core_.is_locked(); }
   // True while a privileged request is published and not yet granted (a snapshot).
-  bool request_pending() const noexcept { return (core_.state() & request) != 0; }
-  // The whole word (a snapshot), for tests and diagnostics.
-  std::uint32_t state() const noexcept { return core_.state(); }
+  bool request_pending() const noexcept { return core_.request_pending(); }
 
  private:
+  friend struct detail::lock_test_access;
   core core_;
 };
 

@@ -16,18 +16,33 @@
 //   bits 16-17 tail nesting index (which of the tail thread's 4 nodes)
 //   bits 18-31 tail thread slot + 1 (0: no queue)
 //
-//   (tail, pending, locked)
-//   (0,0,0) --lock: one CAS of the locked byte--> (0,0,1) --unlock: one store--> (0,0,0)
-//   (0,0,1) --2nd thread--> (0,1,1) --owner unlocks--> (0,1,0) --pending owner--> (0,0,1)
-//   (*,1,*) or (n,*,*) --3rd+ thread--> queue on a node, tail = it; the queue head
-//       spins on the word until the lock is free, takes it (clearing the tail if it
-//       is still its own) and makes its successor head.
+// Transitions, in one notation for the whole word (qspinlock.c's, with the flags):
+//
+//   tail,pending,locked [flags]
+//
+// tail: 0 (no queue), t (the caller's own), n (another thread's), * (any); pending
+// and locked: 0, 1 or * (locked 1: the byte is set). [flags] names the flag bits a
+// transition tests (before the arrow) or changes (after it: +set, -clear); flags not
+// named are left as they are. h handoff, s slow, p parked; priority_lock's r request,
+// rs prio_slow, ph prio_held, c ceded. Every helper below is tagged with the
+// transitions it makes; a queue node's own word goes waiting -> sleeping -> head.
+//
+//   *,*,0 -> *,*,1               lock(): the byte CAS (try_lock)
+//   *,*,1 -> *,*,0  [no h s p]   unlock(): one store (unlock)
+//   0,0,* -> 0,1,*               2nd thread claims pending (lock_slow)
+//   *,1,0 -> *,0,1  [-h]         the pending owner takes the free lock (pending_wait)
+//   *,*,* -> t,*,*               3rd+ thread queues on a node (queue)
+//   t,0,0 -> 0,0,1  [-h -s]      the queue head takes it, last in the queue
+//   n,0,0 -> n,0,1  [-h -s]      ... or with successors, and makes the next head
+//   *,*,* -> *,*,*  [+h]         the pending owner or head, past its bound, asks
+//   *,*,1 [h] -> *,*,1 [-h -s]   and unlock() hands it the lock (unlock_slow)
 //
 // Uncontended, lock() is one compare-and-swap of the locked byte and unlock() one
-// release store to it, as in the kernel, plus loads of the flag byte (no locked
-// instruction). Both use the byte, not the word, because a byte store followed by a
-// word CAS on the same address defeats store forwarding (2.8x the cost measured on
-// x86). The owner holds no node: nodes are used only while waiting.
+// release store to it, as in the kernel, plus a load of the flag byte before the
+// store and of a sleeper counter after it (no locked instruction). Both use the
+// byte, not the word, because a byte store followed by a word CAS on the same address
+// defeats store forwarding (2.8x the cost measured on x86). The owner holds no node:
+// nodes are used only while waiting.
 //
 // Nodes: 4 per thread, as the kernel's 4 per cpu (task, softirq, hardirq, NMI). A
 // thread uses a node only inside lock(), so in user space depth > 1 arises only when
@@ -44,13 +59,19 @@
 //
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending
-// owner and the head spin on the word, then set `slow` and sleep on it; unlock()
-// reads the flag byte after its store and wakes them. The pending owner keeps
-// pending until it has the lock (so a signal or a spurious wake-up never sends it
-// behind later arrivals); past its bound it asks for the handoff. The kernel marks the locked
-// byte itself (value 3) and so pays a cmpxchg in every pv unlock; keeping `slow`
-// beside it keeps unlock a store, and the store-then-load race is closed by an
-// asymmetric fence pair (detail/membarrier.hpp): the sleeper pays the heavy side.
+// owner and the head spin on the word, then set `slow` and sleep on it; an unlock()
+// that sees the flag before its release takes the RMW path and wakes them. The
+// pending owner keeps pending until it has the lock (so a signal or a spurious
+// wake-up never sends it behind later arrivals); past its bound it asks for the
+// handoff. The kernel marks the locked byte itself (value 3) and so pays a cmpxchg in
+// every pv unlock (a locked byte exchange costs 2x our store unlock here, a word CAS
+// 4x: docs/locks.md). Here unlock stays a store: a sleeper also counts itself in a
+// process-wide sleeper table (a padded counter per hash bucket of the lock's
+// address), and an unlock() whose flag check came too early reads that counter after
+// its store and wakes. The counter lives in static memory, so the lock may be
+// destroyed by its next owner while that unlock() is still returning; the
+// store-then-load race is closed by an asymmetric fence pair (detail/membarrier.hpp):
+// the sleeper pays the heavy side.
 //
 // Fairness. Lock stealing: lock() makes one attempt at the free locked byte before
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
@@ -78,6 +99,7 @@
 
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/futex.hpp"
+#include "hotpath/detail/lock_stats.hpp"
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/thread_slots.hpp"
@@ -86,6 +108,31 @@ HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
+
+struct lock_test_access;  // tests' view of the word (tests/support/lock_test_access.hpp)
+
+// How many threads sleep (or are about to) on the words that hash to each bucket.
+// unlock() reads it after the store that releases the lock, when the lock may already
+// be destroyed: a table with static storage, which outlives every lock, keeps that
+// read safe. One per process (default visibility, see detail/config.hpp) and per
+// atomic type (a test's instrumented atomics get their own). Buckets are padded so
+// that one lock's sleepers do not make another's unlock() miss in its cache; locks
+// sharing a bucket cost each other only spurious wake-ups while one of them has
+// sleepers.
+template <class Atomic>
+struct sleeper_table {
+  static constexpr std::size_t buckets = 256;
+  struct alignas(cache_line_size) bucket {
+    Atomic count{0};
+  };
+  static inline bucket table[buckets];
+
+  static Atomic& of(const void* word) noexcept {
+    // Fibonacci hashing of the address: neighbouring locks land far apart.
+    const auto a = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(word));
+    return table[(a * 0x9e3779b97f4a7c15ull) >> 56].count;
+  }
+};
 
 // The algorithm, shared with priority_lock: Requests adds the privileged request
 // bits (priority_lock.hpp); without it they are never set and cost nothing.
@@ -116,6 +163,13 @@ class queued_core {
   // Flags that make unlock() take the RMW path.
   static constexpr std::uint32_t unlock_flags =
       handoff | slow | parked | (Requests ? request | prio_slow | prio_held : 0u);
+  // What unlock()'s check before its store looks for. (A test-only mutant build
+  // forgets the handoff, which tests/schedule/ must catch.)
+#if defined(HOTPATH_MUTANT_QUEUED_SKIP_HANDOFF)
+  static constexpr std::uint32_t unlock_check_flags = unlock_flags & ~handoff;
+#else
+  static constexpr std::uint32_t unlock_check_flags = unlock_flags;
+#endif
   // With a policy that never sleeps, the pending owner or the head asks for the
   // handoff after this many rounds of waiting.
   static constexpr unsigned handoff_spins = 128;
@@ -130,6 +184,7 @@ class queued_core {
     lock_slow();
   }
 
+  // 0,0,0 -> 0,0,1  [no flags]
   // lock() without the steal attempt: the kernel's fast path, a CAS of the whole word
   // from 0. If every thread enters through it (try_lock() aside), nobody passes the
   // pending owner or the queue: the lock is FIFO (fifo_priority_lock's ordinary side).
@@ -138,74 +193,88 @@ class queued_core {
     // Acquire pairs with the release store of the previous owner's unlock().
     if (word_.compare_exchange_strong(val, locked_val, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+      count(path::fast);
       return;
     }
     lock_slow();
   }
 
+  // *,*,0 -> *,*,1; priority_lock, seeing [r] after it: *,*,1 -> *,*,0 (backs off)
   // One attempt at the free locked byte (the steal attempt of lock()).
   bool try_lock() noexcept {
-    if constexpr (byte_ops) {
-      std::uint8_t expected = 0;
-      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
-      if (!__atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
-                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        return false;
-      }
+    if constexpr (split_ops) {
+      if (!cas_locked_byte()) return false;
       if constexpr (Requests) {
         // The byte CAS cannot see the request bit. Both are RMWs of this word, so a
         // request published before our CAS is seen by this load; then we back off
         // before any critical section begins: unlock() hands the lock to the
         // privileged thread. A request after our CAS waits for our section.
-        if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (request >> 8)) [[unlikely]] {
+#if !defined(HOTPATH_MUTANT_PRIORITY_NO_BACKOFF)
+        if (flag_bits() & request) [[unlikely]] {
           unlock();
           return false;
         }
+#endif
+      }
+      if constexpr (detail::lock_stats_enabled) {
+        count_steal(word_.load(std::memory_order_relaxed));  // a snapshot: who waited
       }
       return true;
     } else {
       std::uint32_t val = word_.load(std::memory_order_relaxed);
       if (val & busy_mask) return false;
       // Acquire pairs with the release of the previous owner's unlock().
-      return word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
-                                           std::memory_order_relaxed);
+      if (!word_.compare_exchange_strong(val, val | locked_val, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+        return false;
+      }
+      count_steal(val);
+      return true;
     }
   }
 
+  // *,*,1 -> *,*,0  [no h s p r rs ph c]; any of them: unlock_slow()
   // Safe to destroy the lock once unlocked, even while the unlock() that released it
-  // to us is still returning: after its release, unlock() writes nothing to the word
-  // (only futex wake-ups, harmless on an address whose object has ended).
+  // to us is still returning: after its release, unlock() neither writes nor reads
+  // the lock (it reads the sleeper table, which never dies, and may issue a futex
+  // wake-up, harmless on an address whose object has ended).
   void unlock() noexcept {
     HOTPATH_ASSERT(is_locked(), "queued_lock::unlock() of a free lock");
-    if constexpr (byte_ops) {
+    if constexpr (split_ops) {
       // A handoff is asked for (the byte must stay set), or somebody sleeps: release
       // and clear the flags in one RMW, then only wake.
-      if (__atomic_load_n(byte_at(1), __ATOMIC_RELAXED) & (unlock_flags >> 8)) {
+      if (flag_bits() & unlock_check_flags) [[unlikely]] {
         unlock_slow();
         return;
       }
-      // Release hands the critical section to the next acquire of the lock. Only the
-      // owner writes the locked byte, so a plain store suffices, as in the kernel.
-      __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
+      // *,*,1 -> *,*,0. Release hands the critical section to the next acquire of
+      // the lock. Only the owner writes the locked byte, so a plain store suffices,
+      // as in the kernel.
+      release_locked_byte();
       if constexpr (wait::parks) {
-        detail::light_fence();  // pairs with heavy_fence() in park_on_word()
-        // A sleeper announced itself between our check and our store. The lock may
-        // already be retaken, released and destroyed, so no RMW here: wake and leave
-        // the flag set. No wake-up is lost: a sleeper that flagged before our store is
-        // seen by this load (fence pair) and woken, or saw the byte clear and did not
-        // sleep; the stale flag makes the next unlock() take unlock_slow(), which
-        // clears it and wakes (at worst spuriously: sleepers loop). The load itself may
-        // read a destroyed lock's storage: a stray flag costs a spurious wake.
-        const std::uint8_t f = __atomic_load_n(byte_at(1), __ATOMIC_RELAXED);
-        if (f & (slow >> 8)) detail::unpark_channel(word_, 0);
-        if (f & (parked >> 8)) detail::unpark_channel(word_, 1);
-        if (Requests && (f & (prio_slow >> 8))) detail::unpark_channel(word_, 2);
+        // A sleeper that announced itself between our check and our store. The lock
+        // may already be retaken, released and destroyed, so we read the sleeper
+        // table, not the word: Dekker with park_on_word()'s (count++, heavy_fence,
+        // load word). A sleeper counted before our store is seen here and woken; one
+        // counted after it sees the byte clear (or a new owner's word, whose unlock
+        // sees its flag) and does not sleep on our release. It left its flag in the
+        // word: the next unlock() takes unlock_slow(), which clears it. A count from
+        // another lock of the bucket costs a spurious wake-up (sleepers loop).
+        detail::policy_light_fence<Policy>();  // pairs with heavy_fence() in park_on_word()
+#if defined(HOTPATH_MUTANT_QUEUED_LOAD_AFTER_RELEASE)
+        // The bug this replaced: read the lock's own flags after the release.
+        if (flag_bits() & (slow | parked | prio_slow)) detail::policy_unpark_all<Policy>(word_);
+#else
+        if (sleepers::of(this).load(std::memory_order_relaxed) != 0) [[unlikely]]
+          detail::policy_unpark_all<Policy>(word_);
+#endif
       }
     } else {
       unlock_slow();
     }
   }
 
+  // *,*,* -> *,*,*  [+r];  *,*,0 [r] -> *,*,1 [-r -rs +ph], or unlock_slow() hands over
   // The privileged side (Requests only; priority_lock.hpp). Publish the request,
   // after which every ordinary way in fails, then take the lock when it is free or
   // when the owner's unlock() hands it over.
@@ -217,12 +286,16 @@ class queued_core {
     val |= request;
     unsigned n = 0;
     for (;;) {
-      if ((val & request) == 0) return;  // handed over by unlock_slow()
+      if ((val & request) == 0) {  // handed over by unlock_slow()
+        count(path::privileged);
+        return;
+      }
       if ((val & locked_mask) == 0) {
         // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
         if (word_.compare_exchange_weak(val,
                                         (val & ~(request | prio_slow)) | locked_val | prio_held,
                                         std::memory_order_acquire, std::memory_order_acquire)) {
+          count(path::privileged);
           return;
         }
         continue;
@@ -238,6 +311,7 @@ class queued_core {
     }
   }
 
+  // *,*,0 -> *,*,1  [+ph]
   bool try_lock_request() noexcept requires Requests {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     HOTPATH_ASSERT((val & (request | prio_held)) == 0,
@@ -246,12 +320,14 @@ class queued_core {
       // Acquire pairs with the release store (or RMW) of the previous owner's unlock().
       if (word_.compare_exchange_weak(val, val | locked_val | prio_held, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+        count(path::privileged);
         return true;
       }
     }
     return false;
   }
 
+  // *,*,1 [r] -> *,*,1 [-r -rs +ph +c]; back at the privileged unlock: [-c -ph]
   // Called by an ordinary owner in a long critical section: if a privileged request
   // is pending, lend the lock to the privileged thread and take it back when its
   // section ends, before any ordinary thread (the locked byte stays set throughout),
@@ -264,7 +340,7 @@ class queued_core {
     } while (!word_.compare_exchange_weak(val, (val & ~(request | prio_slow)) | prio_held | ceded,
                                           std::memory_order_release, std::memory_order_relaxed));
     if constexpr (wait::parks) {
-      if (val & prio_slow) detail::unpark_channel(word_, 2);
+      if (val & prio_slow) detail::policy_unpark_channel<Policy>(word_, 2);
     }
     // Never sleeps (nobody would wake us): the privileged section is short.
     unsigned n = 0;
@@ -278,22 +354,23 @@ class queued_core {
   bool is_locked() const noexcept {
     return (word_.load(std::memory_order_relaxed) & locked_mask) != 0;
   }
-  // The whole word (a snapshot), for tests and diagnostics.
-  std::uint32_t state() const noexcept { return word_.load(std::memory_order_relaxed); }
+  // True while a privileged request is published and not yet granted (a snapshot).
+  bool request_pending() const noexcept requires Requests {
+    return (word_.load(std::memory_order_relaxed) & request) != 0;
+  }
   // Takes this thread's slot and creates its nodes, so that no later lock() of this
   // thread allocates or takes a mutex: call it before a signal handler of this
   // thread may contend (a first wait in a queue, outside a handler, does the same).
   // False if no slot or no memory was to be had: lock() then waits without a node.
   static bool prepare_thread() noexcept {
     (void)depth();
-    const std::uint32_t slot = slots::this_thread_slot();
+    const std::uint32_t slot = this_slot();
     return slot != slots::no_slot && table::find_or_create(slot) != nullptr;
   }
 
-  // How many of this thread's nodes are in use (waits in progress), for tests.
-  static unsigned nodes_in_use() noexcept { return depth(); }
-
  private:
+  friend struct detail::lock_test_access;
+
   enum : std::uint32_t { waiting = 0, head = 1, sleeping = 2 };
 
   struct alignas(cache_line_size) node {
@@ -305,30 +382,102 @@ class queued_core {
   };
   using table = detail::slot_table<node_block>;
 
-  // Byte access to the word, as the kernel does (mixed-size atomics on one object,
-  // which GCC and Clang compile to plain byte operations); only for the real
-  // std::atomic<uint32_t>, whose object representation is the value. Instrumented
-  // atomics take the word-wide path.
+  // Mixed-size access to the word, as the kernel does: the locked byte alone (CAS,
+  // store) and the flag byte (load). For the real std::atomic<uint32_t>, whose object
+  // representation is the value, these are byte operations (mixed-size atomics on
+  // one object, which GCC and Clang compile to plain byte instructions). A policy
+  // atomic that offers store_bits() (the deterministic scheduler's) gets word
+  // operations with the same effect on the other bytes; other atomics take the
+  // word-wide paths (the RMW unlock).
 #if defined(__GNUC__)
   static constexpr bool byte_ops = detail::raw_futex_ok<atomic<std::uint32_t>>;
 #else
   static constexpr bool byte_ops = false;
 #endif
+  static constexpr bool split_ops = byte_ops || requires(atomic<std::uint32_t> & a) {
+    a.store_bits(locked_mask, 0u, std::memory_order_release);
+  };
+
   // Byte i of the value (0 = bits 0-7), whatever the byte order.
   std::uint8_t* byte_at(unsigned i) noexcept {
     const unsigned off = std::endian::native == std::endian::little ? i : 3 - i;
     return reinterpret_cast<std::uint8_t*>(&word_) + off;
   }
 
+  // (*,*,0) -> (*,*,1), whatever the other bytes hold; false if the byte was set.
+  bool cas_locked_byte() noexcept {
+    if constexpr (byte_ops) {
+      std::uint8_t expected = 0;
+      // Acquire pairs with the release store (or handoff RMW) of the previous owner.
+      return __atomic_compare_exchange_n(byte_at(0), &expected, std::uint8_t{1}, false,
+                                         __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    } else {
+      std::uint32_t val = word_.load(std::memory_order_relaxed);
+      do {
+        if (val & locked_mask) return false;
+        // Acquire: as above.
+      } while (!word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
+                                            std::memory_order_relaxed));
+      return true;
+    }
+  }
+  // The flag byte (bits 8-15 of the word, in place; the rest zero).
+  std::uint32_t flag_bits() noexcept {
+    if constexpr (byte_ops) {
+      return std::uint32_t{__atomic_load_n(byte_at(1), __ATOMIC_RELAXED)} << 8;
+    } else {
+      return word_.load(std::memory_order_relaxed) & 0xff00u;
+    }
+  }
+  // The owner's release of the locked byte, leaving the other bytes alone.
+  void release_locked_byte() noexcept {
+    if constexpr (byte_ops) {
+      __atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE);
+    } else {
+      word_.store_bits(locked_mask, 0u, std::memory_order_release);
+    }
+  }
+
+  // Path counters (detail/lock_stats.hpp): nothing unless HOTPATH_LOCK_STATS=1.
+  using path = detail::lock_path;
+  static void count(path p) noexcept {
+    detail::count_lock_path(p);
+  }
+  // The fast CAS succeeded on a word that held `val`: stolen if somebody waited.
+  static void count_steal(std::uint32_t val) noexcept {
+    count((val & (pending | tail_mask)) != 0 ? path::stolen : path::fast);
+  }
+
+  // Sleepers on the word, counted outside the lock (unlock() reads the count after
+  // its release store, when the lock may be gone).
+  using sleepers = detail::sleeper_table<atomic<std::uint32_t>>;
+
+  // This thread's nodes in use (waits in progress).
+  struct nesting {
+    unsigned depth = 0;
+  };
   static unsigned& depth() noexcept {
-    thread_local unsigned d = 0;
-    return d;
+    return detail::policy_local<Policy, nesting>().depth;
+  }
+
+  // This thread's slot: the registry's, unless the policy names threads itself (the
+  // deterministic scheduler runs its threads as fibers of one OS thread).
+  static std::uint32_t this_slot() noexcept {
+    if constexpr (requires { Policy::thread_slot(); }) {
+      return Policy::thread_slot();
+    } else {
+      return slots::this_thread_slot();
+    }
   }
 
   static node& node_of(std::uint32_t tail) noexcept {
     return table::get((tail >> slot_shift) - 1).nodes[(tail >> idx_shift) & 3u];
   }
 
+  //   *,*,1 [c] -> *,*,1 [-c -ph]         back to the owner that ceded
+  //   *,*,1 [r] -> *,*,1 [-r -rs +ph]     to the privileged thread
+  //   *,*,1 [h] -> *,*,1 [-h -s -ph]      to the pending owner or the head that asked
+  //   *,*,1     -> *,*,0 [-s -p -ph]      released; wakes the sleepers it cleared
   // Word-wide unlock: a handoff to the privileged thread or the head, or release with
   // wake-ups. One RMW, so (single modification order) it sees every sleeper's flag
   // and every request set before it; after it succeeds the word is not touched
@@ -356,14 +505,16 @@ class queued_core {
                                           std::memory_order_relaxed));
     if constexpr (wait::parks) {
       if (Requests && (val & (ceded | request)) != 0) {
-        if ((val & ceded) == 0 && (val & prio_slow)) detail::unpark_channel(word_, 2);
+        if ((val & ceded) == 0 && (val & prio_slow))
+          detail::policy_unpark_channel<Policy>(word_, 2);
         return;
       }
-      if (val & slow) detail::unpark_channel(word_, 0);
-      if ((val & parked) && (nv & parked) == 0) detail::unpark_channel(word_, 1);
+      if (val & slow) detail::policy_unpark_channel<Policy>(word_, 0);
+      if ((val & parked) && (nv & parked) == 0) detail::policy_unpark_channel<Policy>(word_, 1);
     }
   }
 
+  // 0,0,* -> 0,1,* (we own pending: pending_wait), else n,1,* -> n,0,* (withdrawn: queue)
   void lock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     // Pending path: only the owner is there, so claim pending and wait without a node.
@@ -380,6 +531,7 @@ class queued_core {
     queue();
   }
 
+  // *,1,0 -> *,0,1 [-h], or handed over: *,1,1 -> *,0,1
   // We own pending: wait until the locked byte clears and take it. Spin, then sleep
   // (flag `slow`). We never give pending up (a spurious wake, a signal, or losing the
   // free lock to a stealer would otherwise send us behind later arrivals): once past
@@ -387,6 +539,9 @@ class queued_core {
   // we ask for the handoff, as the head does. The bit is ours alone: the head asks
   // only while pending is clear, and nobody takes pending while a queue exists.
   void pending_wait() noexcept {
+#if defined(HOTPATH_MUTANT_QUEUED_PENDING_CLEARED_EARLY)
+    word_.fetch_and(~pending, std::memory_order_relaxed);  // gives up its place at once
+#endif
     bounded_wait w;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
@@ -394,6 +549,7 @@ class queued_core {
       if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours; now let the head contend.
         word_.fetch_and(~pending, std::memory_order_relaxed);
+        count(path::handed_off);
         return;
       }
       if ((val & busy_mask) == 0) {
@@ -401,6 +557,7 @@ class queued_core {
         // (the head may sleep too). Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, (val & ~(pending | handoff)) | locked_val,
                                         std::memory_order_acquire, std::memory_order_relaxed)) {
+          count(path::pending);
           return;
         }
         continue;
@@ -409,9 +566,10 @@ class queued_core {
     }
   }
 
+  // *,*,* -> t,*,* (the tail swap), then wait_head() and head_acquire()
   void queue() noexcept {
     unsigned& d = depth();
-    const std::uint32_t slot = slots::this_thread_slot();
+    const std::uint32_t slot = this_slot();
     node_block* b = nullptr;
     if (slot != slots::no_slot && d < nodes_per_thread) b = table::find_or_create(slot);
     if (b == nullptr) {  // no slot, nested too deep, or out of memory
@@ -439,6 +597,8 @@ class queued_core {
     --d;
   }
 
+  // t,0,0 -> 0,0,1 [-h -s] or n,0,0 -> n,0,1 [-h -s] (keeps p); handed over:
+  // t,*,1 -> 0,*,1
   // Queue head: take the free lock, or, after the bound, have it handed over.
   // `slept`: it already slept in the queue, i.e. waited past the bound.
   void head_acquire(std::uint32_t my_tail, node& me, bool slept) noexcept {
@@ -449,6 +609,7 @@ class queued_core {
       std::uint32_t val = word_.load(std::memory_order_acquire);
       if (w.asked && (val & handoff) == 0) {
         // Handed over: the locked byte is ours. Clear the tail if it is still ours.
+        count(path::handed_off);
         while ((val & tail_mask) == my_tail) {
           if (word_.compare_exchange_weak(val, val & ~tail_mask, std::memory_order_relaxed,
                                           std::memory_order_relaxed)) {
@@ -468,6 +629,7 @@ class queued_core {
                                          std::memory_order_relaxed)) {
           continue;
         }
+        count(path::queued);
         if (!last) grant_next(me);
         return;
       }
@@ -483,6 +645,7 @@ class queued_core {
     bool past_bound = false, asked = false;
   };
 
+  // *,*,* -> *,*,* [+h] (the ask), or park_on_word() [+s]
   // One step of it: once past the bound (slept once, or handoff_spins rounds with a
   // policy that never sleeps) and `may_ask`, ask for the handoff so that from now on
   // the lock comes to us; otherwise spin, and with a parking policy sleep (flag slow).
@@ -501,6 +664,7 @@ class queued_core {
     }
   }
 
+  // successor's node: waiting -> head, or sleeping -> head and a wake-up
   // Make our successor the queue head.
   void grant_next(node& me) noexcept {
     node* succ = me.next.load(std::memory_order_acquire);
@@ -514,10 +678,11 @@ class queued_core {
     const std::uint32_t old = succ->state.exchange(head, std::memory_order_acq_rel);
     if constexpr (wait::parks) {
       // succ may be running and reuse its node: a spurious wake is then harmless.
-      if (old == sleeping) detail::unpark_one(succ->state);
+      if (old == sleeping) detail::policy_unpark_one<Policy>(succ->state);
     }
   }
 
+  // our node: waiting -> sleeping (then head, by grant_next())
   // Wait to be made head; true if we slept on the way.
   bool wait_head(node& me) noexcept {
     unsigned n = 0;
@@ -531,7 +696,8 @@ class queued_core {
         if (me.state.compare_exchange_strong(expected, sleeping, std::memory_order_acquire,
                                              std::memory_order_acquire)) {
           do {
-            detail::park(me.state, sleeping);
+            count(path::parked);
+            detail::policy_park<Policy>(me.state, sleeping);
           } while (me.state.load(std::memory_order_acquire) != head);
           return true;
         }
@@ -540,6 +706,7 @@ class queued_core {
     }
   }
 
+  // *,*,0 -> *,*,1, or park_on_word() [+p]
   // No node (overflow): trylock, spin, then sleep on the word.
   void lock_overflow() noexcept {
     unsigned n = 0;
@@ -549,6 +716,7 @@ class queued_core {
         // Acquire pairs with the release store in unlock().
         if (word_.compare_exchange_weak(val, val | locked_val, std::memory_order_acquire,
                                         std::memory_order_relaxed)) {
+          count(path::overflow);
           return;
         }
         continue;
@@ -561,28 +729,50 @@ class queued_core {
     }
   }
 
-  // Announce a sleeper with `flag`, then sleep on `channel` while the lock is held
-  // (and, for a head that asked for the handoff, not yet handed to it). Dekker with
-  // unlock(): we set the flag, fence, load the word; it stores the locked byte,
-  // fences, loads the flag (or does one RMW that sees the flag).
+  // *,*,* -> *,*,* [+s] or [+p]; sleeps while the word stays as loaded
+  // Announce a sleeper with `flag` (so that unlock() takes unlock_slow(), which
+  // wakes precisely) and in the sleeper table (so that an unlock() already past its
+  // flag check sees us), then sleep on `channel` while the lock is held (and, for a
+  // head that asked for the handoff, not yet handed to it). Dekker with unlock(): we
+  // count ourselves, fence, load the word; it stores the locked byte, fences, loads
+  // the count (or does one RMW that sees the flag).
   void park_on_word(unsigned channel, std::uint32_t flag, bool asked) noexcept {
     word_.fetch_or(flag, std::memory_order_relaxed);
-    detail::heavy_fence();  // pairs with light_fence() in unlock()
-    const std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if ((val & busy_mask) == 0 || (val & flag) == 0) return;
-    if (asked && (val & handoff) == 0) return;  // handed over meanwhile
-    detail::park(word_, val, channel);
+    sleep_on_word(channel, [&](std::uint32_t val) {
+      if ((val & busy_mask) == 0 || (val & flag) == 0) return false;
+      return !asked || (val & handoff) != 0;  // not handed over meanwhile
+    });
   }
 
+  // *,*,* -> *,*,* [+rs]; sleeps while *,*,1 [r rs]
   // The privileged thread sleeps while the lock is held and its request not yet
-  // served. Dekker with unlock() as in park_on_word(); the request bit alone already
-  // sends every unlock() that sees it to unlock_slow(), which wakes channel 2.
+  // served. The request bit alone already sends every unlock() that sees it to
+  // unlock_slow(), which wakes channel 2.
   void park_privileged() noexcept {
     word_.fetch_or(prio_slow, std::memory_order_relaxed);
-    detail::heavy_fence();  // pairs with light_fence() in unlock()
+    sleep_on_word(2, [](std::uint32_t val) {
+      return (val & locked_mask) != 0 && (val & request) != 0 && (val & prio_slow) != 0;
+    });
+  }
+
+  // Count ourselves in the sleeper table, fence, and sleep on `channel` if the word
+  // (loaded after the fence) still says so.
+  template <class Still>
+  void sleep_on_word(unsigned channel, Still still_blocked) noexcept {
+    atomic<std::uint32_t>& counted = sleepers::of(this);
+#if !defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
+    counted.fetch_add(1, std::memory_order_relaxed);
+#endif
+    detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in unlock()
     const std::uint32_t val = word_.load(std::memory_order_relaxed);
-    if ((val & locked_mask) == 0 || (val & request) == 0 || (val & prio_slow) == 0) return;
-    detail::park(word_, val, 2);
+#if defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
+    counted.fetch_add(1, std::memory_order_relaxed);  // too late: unlock() may have looked
+#endif
+    if (still_blocked(val)) {
+      count(path::parked);
+      detail::policy_park<Policy>(word_, val, channel);
+    }
+    counted.fetch_sub(1, std::memory_order_relaxed);
   }
 
   atomic<std::uint32_t> word_{0};

@@ -10,13 +10,16 @@
 namespace hotpath::test::sched {
 
 inline constexpr mutations mutant = {
-#if defined(HOTPATH_MUTANT_TICKET_SKIP_WAKE) || defined(HOTPATH_MUTANT_MCS_SKIP_WAKE)
+#if defined(HOTPATH_MUTANT_TICKET_SKIP_WAKE) || defined(HOTPATH_MUTANT_MCS_SKIP_WAKE) || \
+    defined(HOTPATH_MUTANT_QUEUED_SKIP_WAKE)
     .skip_wake = true,
 #endif
-#if defined(HOTPATH_MUTANT_TICKET_NO_LIGHT_FENCE) || defined(HOTPATH_MUTANT_RCU_NO_LIGHT_FENCE)
+#if defined(HOTPATH_MUTANT_TICKET_NO_LIGHT_FENCE) || defined(HOTPATH_MUTANT_RCU_NO_LIGHT_FENCE) || \
+    defined(HOTPATH_MUTANT_QUEUED_NO_LIGHT_FENCE)
     .no_light_fence = true,
 #endif
-#if defined(HOTPATH_MUTANT_TICKET_NO_HEAVY_FENCE) || defined(HOTPATH_MUTANT_RCU_NO_HEAVY_FENCE)
+#if defined(HOTPATH_MUTANT_TICKET_NO_HEAVY_FENCE) || defined(HOTPATH_MUTANT_RCU_NO_HEAVY_FENCE) || \
+    defined(HOTPATH_MUTANT_QUEUED_NO_HEAVY_FENCE)
     .no_heavy_fence = true,
 #endif
 };

@@ -80,6 +80,7 @@ struct pending {
   location* loc;
   std::uint64_t value;
   vclock sync;
+  std::uint64_t mask = ~std::uint64_t{0};  // the bits the store writes (a byte store: 0xff)
 };
 
 enum class status { runnable, blocked, finished };
@@ -290,7 +291,7 @@ void flush_one(thread_state& t) noexcept {
   pending e = t.buffer.front();
   t.buffer.pop_front();
   trace(t, "drain L%u = %" PRIu64, name_of(e.loc), e.value);
-  write_memory(*e.loc, e.value, e.sync);
+  write_memory(*e.loc, (e.loc->memory_ & ~e.mask) | (e.value & e.mask), e.sync);
 }
 void flush_all(thread_state& t) noexcept {
   while (!t.buffer.empty())
@@ -464,6 +465,7 @@ void check_write_before(const shadow& s, const thread_state& me, const char* wha
 location::location(std::uint64_t v) noexcept : memory_(v) {}
 
 location::~location() {
+  destroyed_ = true;
   world& w = the();
   if (!w.active) return;
   const thread_state& me = self();
@@ -484,29 +486,54 @@ location::~location() {
   }
 }
 
+// An access to a location whose destructor has run (its memory kept by the
+// graveyard): a use after free.
+void location::check_alive(const char* what) const noexcept {
+  if (!destroyed_) return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "t%u %s L%u after its destruction (use after free)", self().id,
+                what, name_of(this));
+  fail(buf);
+}
+
 std::uint64_t location::load(std::memory_order o) const noexcept {
   thread_state& me = self();
   point(me);
-  for (auto it = me.buffer.rbegin(); it != me.buffer.rend(); ++it) {
-    if (it->loc == this) {
-      trace(me, "load L%u %s -> %" PRIu64 " (own buffer)", name_of(this), order_name(o), it->value);
-      return it->value;
-    }
+  check_alive("loads");
+  // The thread's own buffered stores to this location, newest last, over memory (a
+  // partial store shows memory's other bits; a full one hides memory altogether).
+  std::uint64_t v = memory_;
+  bool own = false, whole = false;
+  for (const pending& e : me.buffer) {
+    if (e.loc != this) continue;
+    v = (v & ~e.mask) | (e.value & e.mask);
+    own = true;
+    whole = whole || e.mask == ~std::uint64_t{0};
+  }
+  if (whole) {
+    trace(me, "load L%u %s -> %" PRIu64 " (own buffer)", name_of(this), order_name(o), v);
+    return v;
   }
   join(is_acquire(o) ? me.vc : me.acq_pending, sync_of(*this));
-  trace(me, "load L%u %s -> %" PRIu64, name_of(this), order_name(o), memory_);
-  return memory_;
+  trace(me, "load L%u %s -> %" PRIu64 "%s", name_of(this), order_name(o), v,
+        own ? " (partly own buffer)" : "");
+  return v;
 }
 
 void location::store(std::uint64_t v, std::memory_order o) noexcept {
+  store_bits(~std::uint64_t{0}, v, o);
+}
+
+void location::store_bits(std::uint64_t mask, std::uint64_t v, std::memory_order o) noexcept {
   thread_state& me = self();
   point(me);
+  check_alive("stores to");
   const vclock s = is_release(o) ? me.vc : me.fence_rel;
-  trace(me, "store L%u %s = %" PRIu64, name_of(this), order_name(o), v);
+  trace(me, "store L%u %s = %" PRIu64 " (mask %" PRIx64 ")", name_of(this), order_name(o), v, mask);
   if (scheduled(me)) {
-    me.buffer.push_back({this, v, s});
+    me.buffer.push_back({this, v, s, mask});
   } else {
-    write_memory(*this, v, s);
+    write_memory(*this, (memory_ & ~mask) | (v & mask), s);
   }
   if (is_release(o)) ++me.vc[me.id];
   if (o == std::memory_order_seq_cst) flush_all(me);
@@ -516,6 +543,7 @@ std::uint64_t location::rmw(std::memory_order success, std::memory_order failure
                             const void* ctx, bool weak, bool& done) noexcept {
   thread_state& me = self();
   point(me);
+  check_alive("modifies");
   flush_all(me);  // a locked instruction drains the store buffer
   world& w = the();
   const std::uint64_t old = memory_;

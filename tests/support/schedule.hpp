@@ -19,7 +19,8 @@
 //   scheduler preempts (from every point to rarely), so both fine interleavings and
 //   long runs of one thread are explored.
 // - A store buffer per thread (TSO, as x86): a store, relaxed, release or seq_cst,
-//   goes into the storing thread's FIFO buffer; the thread's own loads see it at once,
+//   whole or of some bits (store_bits: a byte store into a word), goes into the
+//   storing thread's FIFO buffer; the thread's own loads see it at once,
 //   other threads only once it is flushed to memory. The scheduler flushes the oldest
 //   entry of a random buffer at random points; an RMW (any order), a seq_cst store,
 //   a seq_cst fence, park and wake-up (system calls) flush the caller's buffer. So a
@@ -34,7 +35,9 @@
 //   even when the values happen to come out right. A relaxed acquire or release in a
 //   lock is caught this way: the next owner's access to the data it guards races.
 //   Reading a data<T> after its destructor ran (an object freed while a reader holds
-//   it) is a failure too.
+//   it) is a failure too, and so is any access to a sched::atomic after its
+//   destructor ran (a lock freed by its next owner while an unlock() still reads it;
+//   wake-ups on its address stay allowed, as for a futex).
 // - Parking as a futex: park(word, expected, channel) sleeps only if memory (not the
 //   caller's buffer) still holds `expected`, so a waker that runs before the sleeper
 //   sleeps is explored; unpark_one/channel/all wake sleepers of the word (and channel).
@@ -83,6 +86,9 @@ class location {
 
   std::uint64_t load(std::memory_order o) const noexcept;
   void store(std::uint64_t v, std::memory_order o) noexcept;
+  // A store of the bits in `mask` only (a byte store to a word: x86's mixed-size
+  // access); buffered like any store, the other bits untouched when it drains.
+  void store_bits(std::uint64_t mask, std::uint64_t v, std::memory_order o) noexcept;
   // Read-modify-write: f(old, new&) returns false to leave the word unchanged (a
   // failed CAS); a weak one may also fail spuriously. Returns the old value; `done`
   // says whether the word was written.
@@ -93,6 +99,10 @@ class location {
   std::uint64_t memory_ = 0;  // what other threads' loads see
   std::uint64_t gen_ = 0;     // run that wrote sync_
   std::array<std::uint32_t, 8> sync_{};
+  bool destroyed_ = false;  // its destructor ran (the memory kept by the graveyard)
+
+ private:
+  void check_alive(const char* what) const noexcept;
 };
 
 // Shadow state of a sched::data<T>.
@@ -222,6 +232,10 @@ class atomic : location {
   void store(T v, std::memory_order o = std::memory_order_seq_cst) noexcept {
     location::store(enc(v), o);
   }
+  // Stores the bits of `mask` only (queued_lock's byte store to its word).
+  void store_bits(T mask, T v, std::memory_order o) noexcept requires std::is_integral_v<T> {
+    location::store_bits(enc(mask), enc(v), o);
+  }
   T exchange(T v, std::memory_order o = std::memory_order_seq_cst) noexcept {
     return apply([v](T) { return v; }, o);
   }
@@ -350,6 +364,8 @@ struct policy {
     }
   }
   static unsigned current_cpu() noexcept { return choose(2); }
+  // queued_lock's thread slot: the scheduled thread's id (0 outside run()).
+  static std::uint32_t thread_slot() noexcept { return thread_id(); }
   template <class T>
   static T& local() noexcept {
     return sched::local<T>();

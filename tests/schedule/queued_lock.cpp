@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// queued_lock under the deterministic scheduler: mutual exclusion through lock(),
+// lock_fifo() and try_lock(); FIFO for lock_fifo(); the bounded wait (a waiter that
+// asked for the handoff is passed by at most the bound); no lost wake-up between a
+// sleeper on the word and an unlock() racing with its going to sleep; and the next
+// owner freeing the lock while the unlock() that released it still runs. The
+// locked byte is stored on its own (store_bits), as the header does on hardware.
+#include "hotpath/queued_lock.hpp"
+
+#include "schedule/mutant.hpp"
+#include "schedule/queued_properties.hpp"
+#include "support/lock_test_access.hpp"
+
+namespace {
+
+using namespace hotpath::test::sched;
+using hotpath::test::lock_test_access;
+
+template <class Wait>
+using lock_type = hotpath::basic_queued_lock<policy<Wait, mutant>>;
+using spied_lock = hotpath::basic_queued_lock<spy_policy<wait, mutant>>;
+
+// Even rounds lock(), odd ones lock_fifo(): three threads, so the pending owner, a
+// queue head and a queued waiter all occur, and stealing beside them.
+template <class Lock>
+void both_ways(Lock& lock, unsigned r) {
+  if (r % 2 == 0) {
+    lock.lock();
+  } else {
+    lock.lock_fifo();
+  }
+}
+
+HOTPATH_PROPERTY(mutual_exclusion, {}) {
+  lock_type<wait> lock;
+  mutual_exclusion(
+      3, 2, [&](unsigned r) { both_ways(lock, r); }, [&](unsigned) { lock.unlock(); });
+}
+
+// Every waiter parks at its first spin: the pending owner and the head sleep on the
+// word (flag, sleeper count, heavy fence, load) against unlock()'s (check, store,
+// light fence, count), and queued waiters on their nodes, in every order.
+HOTPATH_PROPERTY(parking, {.park = 100}) {
+  lock_type<wait> lock;
+  mutual_exclusion(
+      3, 2, [&](unsigned r) { both_ways(lock, r); }, [&](unsigned) { lock.unlock(); });
+}
+
+HOTPATH_PROPERTY(try_lock, {}) {
+  lock_type<wait> lock;
+  mutual_exclusion_with_try_lock(lock, 3, 2);
+}
+
+// lock_fifo() alone: FIFO among every thread.
+HOTPATH_PROPERTY(fifo, {}) {
+  lock_type<fifo_wait<wait>> lock;
+  fifo_order(
+      3, 2, [&](unsigned) { lock.lock_fifo(); }, [&](unsigned) { lock.unlock(); });
+}
+
+// The bounded wait, with stealing: three threads, three sections each through
+// lock(). A pending owner or head that slept asks for the handoff; from then on at
+// most the section holding the lock and one more may begin before it enters.
+HOTPATH_PROPERTY(handoff_bound, {}) {
+  spied_lock lock;
+  bounded_sections(lock, 3, 3, [](spied_lock& l, unsigned) {
+    l.lock();
+    return false;
+  });
+}
+
+// The lock's destruction by its next owner, two and three threads.
+HOTPATH_PROPERTY(next_owner_frees, {}) {
+  next_owner_frees<lock_type<wait>>(2);
+  next_owner_frees<lock_type<wait>>(3);
+}
+
+}  // namespace
