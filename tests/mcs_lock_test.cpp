@@ -22,7 +22,7 @@ static_assert(!std::is_copy_constructible_v<mcs_lock>);
 static_assert(!std::is_move_constructible_v<mcs_lock>);
 static_assert(sizeof(mcs_lock) == 16);
 static_assert(alignof(mcs_lock::node) == cache_line_size);
-constinit mcs_lock constant_initialised;  // constexpr default constructor
+[[maybe_unused]] constinit mcs_lock constant_initialised;  // constexpr default constructor
 
 std::vector<int> iota_vector(int n) {
   std::vector<int> v(static_cast<std::size_t>(n));
@@ -101,8 +101,9 @@ TEST(McsLock, DeepNestingBeyondInlineNodes) {
         l.lock();
       }
       ++sum;
-      for (auto& l : std::views::reverse(locks)) {
-        l.unlock();
+      // Reverse iterators, not views::reverse: clang 14 cannot compile that with libstdc++ 12.
+      for (auto l = locks.rbegin(); l != locks.rend(); ++l) {
+        l->unlock();
       }
     }
   };

@@ -22,7 +22,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(ticket, lockable_suite, ticket_types);
 static_assert(!std::is_copy_constructible_v<ticket_lock>);
 static_assert(!std::is_move_constructible_v<ticket_lock>);
 static_assert(sizeof(ticket_lock) == 12);
-constinit ticket_lock constant_initialised;  // constexpr default constructor
+[[maybe_unused]] constinit ticket_lock constant_initialised;  // constexpr default constructor
 
 TEST(TicketLock, IsFifo) {
   basic_ticket_lock<announcing_policy<spin_then_park<>>> lock;

@@ -45,10 +45,11 @@ class tbb_queuing {
 #endif
 
 #if defined(HOTPATH_HAVE_ABSL)
-class absl_mutex {
+// A capability for clang's analysis, as absl::Mutex is (wrapped, it would not be).
+class HOTPATH_CAPABILITY("mutex") absl_mutex {
  public:
-  void lock() { m_.Lock(); }
-  void unlock() { m_.Unlock(); }
+  void lock() HOTPATH_ACQUIRE() { m_.Lock(); }
+  void unlock() HOTPATH_RELEASE() { m_.Unlock(); }
 
  private:
   absl::Mutex m_;

@@ -103,20 +103,22 @@ using tas_lock = basic_tas_lock<>;
 
 struct no_token {};
 
-// Senders and the transmit thread take one ordinary Lockable the same way.
+// Senders and the transmit thread take one ordinary Lockable the same way. Each
+// strategy is, to clang's thread-safety analysis, the qdisc lock itself: the qdisc's
+// FIFO indices are guarded by it.
 template <class Lock>
-class plain_strategy {
+class HOTPATH_CAPABILITY("qdisc lock") plain_strategy {
  public:
   static constexpr bool defers = false;
   using token = no_token;
-  token lock_sender(bool /*tx_running*/) noexcept {
+  token lock_sender(bool /*tx_running*/) noexcept HOTPATH_ACQUIRE() {
     lock_.lock();
     return {};
   }
-  void unlock_sender(token) noexcept { lock_.unlock(); }
-  void lock_tx() noexcept { lock_.lock(); }
-  void unlock_tx() noexcept { lock_.unlock(); }
-  void cede() noexcept {}
+  void unlock_sender(token) noexcept HOTPATH_RELEASE() { lock_.unlock(); }
+  void lock_tx() noexcept HOTPATH_ACQUIRE() { lock_.lock(); }
+  void unlock_tx() noexcept HOTPATH_RELEASE() { lock_.unlock(); }
+  void cede() noexcept HOTPATH_REQUIRES(this) {}
 
  protected:
   Lock lock_;
@@ -138,7 +140,7 @@ struct queued_strategy : plain_strategy<queued_lock> {
 // the critical section in progress, however many senders are queued.
 struct priority_strategy : plain_strategy<priority_lock> {
   static constexpr std::string_view name = "priority";
-  void lock_tx() noexcept { lock_.lock_priority(); }
+  void lock_tx() noexcept HOTPATH_ACQUIRE() { lock_.lock_priority(); }
 };
 
 // 2010 ("net: add additional lock to qdisc to increase throughput"): a sender that
@@ -146,23 +148,23 @@ struct priority_strategy : plain_strategy<priority_lock> {
 // and holds it across its qdisc-lock section, so at most one sender at a time
 // queues on the qdisc lock behind the transmit side. "Running" here: the transmit
 // thread's last dequeue found packets (it is transmitting them).
-class busylock_strategy {
+class HOTPATH_CAPABILITY("qdisc lock") busylock_strategy {
  public:
   static constexpr std::string_view name = "busylock";
   static constexpr bool defers = false;
   using token = bool;  // did we take busylock?
-  token lock_sender(bool tx_running) noexcept {
+  token lock_sender(bool tx_running) noexcept HOTPATH_ACQUIRE() {
     if (tx_running) busy_.lock();
     root_.lock();
     return tx_running;
   }
-  void unlock_sender(token contended) noexcept {
+  void unlock_sender(token contended) noexcept HOTPATH_RELEASE() {
     root_.unlock();
     if (contended) busy_.unlock();
   }
-  void lock_tx() noexcept { root_.lock(); }
-  void unlock_tx() noexcept { root_.unlock(); }
-  void cede() noexcept {}
+  void lock_tx() noexcept HOTPATH_ACQUIRE() { root_.lock(); }
+  void unlock_tx() noexcept HOTPATH_RELEASE() { root_.unlock(); }
+  void cede() noexcept HOTPATH_REQUIRES(this) {}
 
  private:
   ticket_lock root_;
@@ -185,8 +187,11 @@ struct defer_strategy : basic_defer_strategy<queued_lock> {
 // transmit thread waits for at most that stretch, never for a whole flush.
 struct defer_priority_strategy : basic_defer_strategy<priority_lock> {
   static constexpr std::string_view name = "defer-priority";
-  void lock_tx() noexcept { this->lock_.lock_priority(); }
-  void cede() noexcept { this->lock_.cede(); }
+  void lock_tx() noexcept HOTPATH_ACQUIRE() { this->lock_.lock_priority(); }
+  // Holding this strategy is holding lock_, which the analysis cannot see through.
+  void cede() noexcept HOTPATH_REQUIRES(this) HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
+    this->lock_.cede();
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -290,8 +295,7 @@ class qdisc {
     return p;
   }
 
-  // Under the qdisc lock.
-  verdict push_locked(const packet& p, std::size_t limit) noexcept {
+  verdict push_locked(const packet& p, std::size_t limit) noexcept HOTPATH_REQUIRES(strategy_) {
     if (tail_ - head_ >= limit) {
       stats_.inc(dropped);
       return verdict::dropped;
@@ -377,12 +381,13 @@ class qdisc {
   // A flusher's break points: every this many packets moved (dev_tx_weight).
   static constexpr std::size_t cede_every = 64;
 
-  Strategy strategy_;
-  // Guarded by the qdisc lock.
+  Strategy strategy_;  // the qdisc lock
+  // The slots between head_ and tail_ are guarded by the qdisc lock too; the ring's
+  // size and mask_ never change.
   std::vector<packet> ring_;
   std::size_t mask_;
-  std::size_t head_ = 0;
-  std::size_t tail_ = 0;
+  std::size_t head_ HOTPATH_GUARDED_BY(strategy_) = 0;
+  std::size_t tail_ HOTPATH_GUARDED_BY(strategy_) = 0;
 
   alignas(cache_line_size) std::atomic<std::size_t> qlen_{0};
   std::atomic<bool> tx_running_{false};

@@ -459,8 +459,10 @@ class bucket_table {
   // One eviction round (header comment): samples non-empty buckets, expires what is
   // due there and, if nothing was, evicts the least recently touched entry seen.
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
-  // but held are taken with try_lock, so it cannot deadlock.
-  void evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl) noexcept {
+  // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
+  // depends on the data, which clang's thread-safety analysis cannot follow.)
+  void evict(bucket* held, node* protect, std::int64_t now,
+             reclaim_lists& rl) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
     const unsigned want = opt_.eviction_samples;
     const unsigned max_probes = 8 * want;
     bucket* best_b = nullptr;

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "hotpath/detail/annotations.hpp"
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/policy.hpp"
@@ -43,7 +44,7 @@ HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class Policy = default_policy>
-class basic_mcs_lock {
+class HOTPATH_CAPABILITY("mutex") basic_mcs_lock {
   using wait = typename Policy::wait;
   template <class T>
   using atomic = typename Policy::template atomic<T>;
@@ -61,10 +62,10 @@ class basic_mcs_lock {
   };
 
   // Holds the lock for its lifetime with a node of its own.
-  class guard {
+  class HOTPATH_SCOPED_CAPABILITY guard {
    public:
-    explicit guard(basic_mcs_lock& l) noexcept : lock_(l) { lock_.lock(node_); }
-    ~guard() { lock_.unlock(node_); }
+    explicit guard(basic_mcs_lock& l) noexcept HOTPATH_ACQUIRE(l) : lock_(l) { lock_.lock(node_); }
+    ~guard() HOTPATH_RELEASE() { lock_.unlock(node_); }
     guard(const guard&) = delete;
     guard& operator=(const guard&) = delete;
 
@@ -73,40 +74,48 @@ class basic_mcs_lock {
     node node_;
   };
 
-  constexpr basic_mcs_lock() noexcept = default;
+  HOTPATH_LOCK_LIFETIME(basic_mcs_lock)
   basic_mcs_lock(const basic_mcs_lock&) = delete;
   basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
 
   // tail: * -> &n; prev.next: null -> &n (if there was a prev), then wait_granted()
-  void lock(node& n) noexcept {
+  void lock(node& n) noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
     n.next.store(nullptr, std::memory_order_relaxed);
     n.state.store(waiting, std::memory_order_relaxed);
     // acq_rel: release publishes n's initialisation to whoever links behind us;
     // acquire pairs with the release CAS in unlock() when the queue was empty.
     node* prev = tail_.exchange(&n, enqueue_order);
-    if (prev == nullptr) return;
-    prev->next.store(&n, link_order);  // read (acquire) by prev's unlock
-    wait_granted(n);
+    if (prev != nullptr) {
+      prev->next.store(&n, link_order);  // read (acquire) by prev's unlock
+      wait_granted(n);
+    }
+    detail::tsan_lock_end(this);
   }
 
   // tail: null -> &n
-  bool try_lock(node& n) noexcept {
+  bool try_lock(node& n) noexcept HOTPATH_TRY_ACQUIRE(true) {
+    detail::tsan_lock_begin(this, true);
     n.next.store(nullptr, std::memory_order_relaxed);
     n.state.store(waiting, std::memory_order_relaxed);
     node* expected = nullptr;
     // Same pairing as the exchange in lock().
-    return tail_.compare_exchange_strong(expected, &n, std::memory_order_acq_rel,
-                                         std::memory_order_relaxed);
+    const bool ok = tail_.compare_exchange_strong(expected, &n, std::memory_order_acq_rel,
+                                                  std::memory_order_relaxed);
+    detail::tsan_lock_end(this, true, ok);
+    return ok;
   }
 
   // tail: &n -> null, or succ.state: waiting|sleeping -> granted
-  void unlock(node& n) noexcept {
+  void unlock(node& n) noexcept HOTPATH_RELEASE() {
+    detail::tsan_unlock_begin(this);
     node* succ = n.next.load(std::memory_order_acquire);
     if (succ == nullptr) {
       node* expected = &n;
       // Release: the next owner's exchange (acquire) sees our critical section.
       if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
                                         std::memory_order_relaxed)) {
+        detail::tsan_unlock_end(this);
         return;
       }
       // A successor swapped the tail but has not linked in yet. It cannot sleep
@@ -123,16 +132,17 @@ class basic_mcs_lock {
       // address is then a harmless spurious wake-up (see detail/futex.hpp).
       if (old == sleeping) detail::policy_unpark_one<Policy>(succ->state);
     }
+    detail::tsan_unlock_end(this);
   }
 
-  // Lockable, with a per-thread node.
-  void lock() noexcept {
+  // Lockable, with a per-thread node (TSan is told in the node forms).
+  void lock() noexcept HOTPATH_ACQUIRE() {
     node& n = acquire_node();
     lock(n);
     owner_ = &n;
   }
 
-  bool try_lock() noexcept {
+  bool try_lock() noexcept HOTPATH_TRY_ACQUIRE(true) {
     node& n = acquire_node();
     if (!try_lock(n)) {
       release_node(n);
@@ -142,7 +152,7 @@ class basic_mcs_lock {
     return true;
   }
 
-  void unlock() noexcept {
+  void unlock() noexcept HOTPATH_RELEASE() {
     node* n = owner_;
     HOTPATH_ASSERT(n != nullptr, "mcs_lock::unlock() without lock()");
     unlock(*n);

@@ -133,7 +133,8 @@ inline bool rseq_fast_path() noexcept {
 // One T per possible cpu, each on its own cache line(s).
 template <class T>
 class percpu {
-  struct alignas(cache_line_size) cell {
+  // At least a cache line; more if T asks for more (alignas may not weaken it).
+  struct alignas(alignof(T) > cache_line_size ? alignof(T) : cache_line_size) cell {
     T value;
   };
   static_assert(sizeof(cell) % cache_line_size == 0);

@@ -55,6 +55,7 @@
 
 #include <cstdint>
 
+#include "hotpath/detail/annotations.hpp"
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/queued_lock.hpp"
 
@@ -62,12 +63,13 @@ namespace hotpath {
 
 namespace detail {
 // The privileged side as a Lockable (an empty base of the lock, so no extra bytes).
+// To clang's analysis the view is the lock itself (privileged() returns it).
 template <class Lock>
-class privileged_side {
+class HOTPATH_CAPABILITY("mutex") privileged_side {
  public:
-  void lock() noexcept { self().lock_priority(); }
-  bool try_lock() noexcept { return self().try_lock_priority(); }
-  void unlock() noexcept { self().unlock(); }
+  void lock() noexcept HOTPATH_ACQUIRE() { self().lock_priority(); }
+  bool try_lock() noexcept HOTPATH_TRY_ACQUIRE(true) { return self().try_lock_priority(); }
+  void unlock() noexcept HOTPATH_RELEASE() { self().unlock(); }
 
  private:
   Lock& self() noexcept { return static_cast<Lock&>(*this); }
@@ -75,7 +77,8 @@ class privileged_side {
 }  // namespace detail
 
 template <class Policy = default_policy, bool Fifo = false>
-class basic_priority_lock : private detail::privileged_side<basic_priority_lock<Policy, Fifo>> {
+class HOTPATH_CAPABILITY("mutex") basic_priority_lock
+    : private detail::privileged_side<basic_priority_lock<Policy, Fifo>> {
   using side = detail::privileged_side<basic_priority_lock<Policy, Fifo>>;
   using core = detail::queued_core<Policy, true>;
   friend side;
@@ -88,35 +91,65 @@ class basic_priority_lock : private detail::privileged_side<basic_priority_lock<
 
   using privileged_view = side;
 
-  constexpr basic_priority_lock() noexcept = default;
+  HOTPATH_LOCK_LIFETIME(basic_priority_lock)
   basic_priority_lock(const basic_priority_lock&) = delete;
   basic_priority_lock& operator=(const basic_priority_lock&) = delete;
 
   // Ordinary side.
-  void lock() noexcept {
+  void lock() noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
     if constexpr (Fifo) {
       core_.lock_fifo();
     } else {
       core_.lock();
     }
+    detail::tsan_lock_end(this);
   }
-  bool try_lock() noexcept { return core_.try_lock(); }
+  bool try_lock() noexcept HOTPATH_TRY_ACQUIRE(true) {
+    detail::tsan_lock_begin(this, true);
+    const bool ok = core_.try_lock();
+    detail::tsan_lock_end(this, true, ok);
+    return ok;
+  }
 
   // Privileged side.
-  void lock_priority() noexcept { core_.lock_request(); }
-  bool try_lock_priority() noexcept { return core_.try_lock_request(); }
+  void lock_priority() noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
+    core_.lock_request();
+    detail::tsan_lock_end(this);
+  }
+  bool try_lock_priority() noexcept HOTPATH_TRY_ACQUIRE(true) {
+    detail::tsan_lock_begin(this, true);
+    const bool ok = core_.try_lock_request();
+    detail::tsan_lock_end(this, true, ok);
+    return ok;
+  }
 
   // Ordinary owner inside a long critical section: if a privileged request is
   // pending, let the privileged section run now and carry on holding the lock after
   // it (no ordinary thread gets in between). True if it ceded. This keeps the
   // privileged wait at one stretch between cede() calls, not the whole section.
-  bool cede() noexcept { return core_.cede(); }
+  // To TSan the owner gives the lock up while the privileged section runs (a request,
+  // once seen by the owner, stays until the owner serves it, so cede() will cede).
+  bool cede() noexcept HOTPATH_REQUIRES(this) {
+    if (!request_pending()) return false;
+    detail::tsan_unlock_begin(this);
+    detail::tsan_unlock_end(this);
+    const bool ceded = core_.cede();
+    detail::tsan_lock_begin(this);
+    detail::tsan_lock_end(this);
+    return ceded;
+  }
 
   // Either side.
-  void unlock() noexcept { core_.unlock(); }
+  void unlock() noexcept HOTPATH_RELEASE() {
+    detail::tsan_unlock_begin(this);
+    core_.unlock();
+    detail::tsan_unlock_end(this);
+  }
 
   // A Lockable whose lock() is lock_priority(): std::scoped_lock g(l.privileged());
-  privileged_view& privileged() noexcept { return *this; }
+  privileged_view& privileged() noexcept HOTPATH_RETURN_CAPABILITY(this) { return *this; }
 
   bool is_locked() const noexcept { return core_.is_locked(); }
   // True while a privileged request is published and not yet granted (a snapshot).

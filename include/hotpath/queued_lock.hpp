@@ -97,6 +97,7 @@
 #include <bit>
 #include <cstdint>
 
+#include "hotpath/detail/annotations.hpp"
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/lock_stats.hpp"
@@ -780,10 +781,36 @@ class queued_core {
 
 }  // namespace detail
 
+// The core's ways in and out, told to clang's analysis and to TSan
+// (detail/annotations.hpp); the core itself calls only its own, unannotated.
 template <class Policy = default_policy>
-class basic_queued_lock : public detail::queued_core<Policy, false> {
+class HOTPATH_CAPABILITY("mutex") basic_queued_lock : public detail::queued_core<Policy, false> {
+  using core = detail::queued_core<Policy, false>;
+
  public:
-  constexpr basic_queued_lock() noexcept = default;
+  HOTPATH_LOCK_LIFETIME(basic_queued_lock)
+
+  void lock() noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
+    core::lock();
+    detail::tsan_lock_end(this);
+  }
+  void lock_fifo() noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
+    core::lock_fifo();
+    detail::tsan_lock_end(this);
+  }
+  bool try_lock() noexcept HOTPATH_TRY_ACQUIRE(true) {
+    detail::tsan_lock_begin(this, true);
+    const bool ok = core::try_lock();
+    detail::tsan_lock_end(this, true, ok);
+    return ok;
+  }
+  void unlock() noexcept HOTPATH_RELEASE() {
+    detail::tsan_unlock_begin(this);
+    core::unlock();
+    detail::tsan_unlock_end(this);
+  }
 };
 
 using queued_lock = basic_queued_lock<>;

@@ -164,8 +164,7 @@ class basic_rcu_domain {
   // Returns after every retire scheduled before the call has been reclaimed.
   void barrier() noexcept {
     HOTPATH_ASSERT(!in_read_section(), "rcu_barrier() inside a read-side section");
-    thread_state& s = local();
-    HOTPATH_ASSERT(!s.reclaiming, "rcu_barrier() from a deleter");
+    HOTPATH_ASSERT(!local().reclaiming, "rcu_barrier() from a deleter");
     std::scoped_lock l(reclaim_mutex_);
     // A batch another thread took before us: its grace period is running.
     if (batch_ != nullptr) {

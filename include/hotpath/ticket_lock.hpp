@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "hotpath/detail/annotations.hpp"
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/membarrier.hpp"
@@ -40,34 +41,39 @@ HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 template <class Policy = default_policy>
-class basic_ticket_lock {
+class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
   using wait = typename Policy::wait;
   template <class T>
   using atomic = typename Policy::template atomic<T>;
 
  public:
-  constexpr basic_ticket_lock() noexcept = default;
+  HOTPATH_LOCK_LIFETIME(basic_ticket_lock)
   basic_ticket_lock(const basic_ticket_lock&) = delete;
   basic_ticket_lock& operator=(const basic_ticket_lock&) = delete;
 
-  void lock() noexcept {
+  void lock() noexcept HOTPATH_ACQUIRE() {
+    detail::tsan_lock_begin(this);
     // Relaxed: taking a ticket orders nothing; entry is ordered by the acquire
     // load of serving_ below, which pairs with the release store in unlock().
     const std::uint32_t ticket = next_.fetch_add(1, std::memory_order_relaxed);
-    if (serving_.load(entry_order) == ticket) return;
-    wait_for(ticket);
+    if (serving_.load(entry_order) != ticket) wait_for(ticket);
+    detail::tsan_lock_end(this);
   }
 
-  bool try_lock() noexcept {
+  bool try_lock() noexcept HOTPATH_TRY_ACQUIRE(true) {
+    detail::tsan_lock_begin(this, true);
     std::uint32_t now = serving_.load(std::memory_order_acquire);
     // Only when nobody holds or waits (next_ == serving_) is ticket `now` ours at
     // once. Acquire on success pairs with the release store of serving_ that made
     // it free (we read that value above, and the CAS reads next_ after it).
-    return next_.compare_exchange_strong(now, now + 1, std::memory_order_acquire,
-                                         std::memory_order_relaxed);
+    const bool ok = next_.compare_exchange_strong(now, now + 1, std::memory_order_acquire,
+                                                  std::memory_order_relaxed);
+    detail::tsan_lock_end(this, true, ok);
+    return ok;
   }
 
-  void unlock() noexcept {
+  void unlock() noexcept HOTPATH_RELEASE() {
+    detail::tsan_unlock_begin(this);
     // Only the holder writes serving_, so a load + store needs no RMW.
     const std::uint32_t next = serving_.load(std::memory_order_relaxed) + 1;
     serving_.store(next, std::memory_order_release);  // pairs with the acquire in lock()
@@ -77,6 +83,7 @@ class basic_ticket_lock {
       if (sleepers_.load(std::memory_order_relaxed) != 0)
         detail::policy_unpark_channel<Policy>(serving_, next);
     }
+    detail::tsan_unlock_end(this);
   }
 
   // True if some thread holds the lock (a snapshot, for assertions and statistics).
