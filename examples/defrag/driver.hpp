@@ -227,7 +227,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
         slot.delivered_count += static_cast<std::int64_t>(d.size() != 0);
       }
     };
-    locked(s, [&] { s.eng.input(r.ts_ns, s.cap.ip(r), out); });
+    locked(s, [&] { s.eng.input_borrowed(r.ts_ns, s.cap.ip(r), out); });
   }
   slot.position.store(done, std::memory_order_relaxed);
 }
