@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <latch>
 #include <limits>
@@ -71,6 +72,12 @@ struct run_result {
   // The same from the workers' CPU time: what the work costs when other processes share
   // the cores (wall time then includes waiting for a core).
   double cpu_ns_per_fragment = -1;
+  // The baseline beside it: one thread copying every packet of the capture once, in
+  // capture order, into a small buffer (CPU time of the median of as many passes), over
+  // fragments in.
+  // Reassembly must read every payload at least once: when the capture is larger than
+  // the caches, this is the floor under ns_per_fragment.
+  double copy_ns_per_fragment = -1;
 
   std::span<const std::uint8_t> datagram(const delivered& d) const {
     return {bytes.data() + d.offset, d.length};
@@ -299,6 +306,18 @@ inline double median(std::vector<std::int64_t> v) {
   return static_cast<double>(v[v.size() / 2]);
 }
 
+// One copy_ns_per_fragment pass (see run_result): its CPU time.
+inline std::int64_t copy_pass(const pcap_io::capture& cap, std::vector<std::uint8_t>& scratch) {
+  const std::int64_t start = thread_cpu_ns();
+  for (const pcap_io::record& r : cap.packets) {
+    const auto ip = cap.ip(r);
+    std::memcpy(scratch.data(), ip.data(), std::min(ip.size(), scratch.size()));
+    // The compiler must not drop the copies: what they wrote is read.
+    asm volatile("" : : "r"(scratch.data()) : "memory");
+  }
+  return thread_cpu_ns() - start;
+}
+
 // Expires whatever is left once the capture has ended (as the host's timers would).
 inline std::int64_t expire_all(engine& eng, const pcap_io::capture& cap) {
   const config& c = eng.initial_config();
@@ -357,6 +376,11 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   if (!timed.empty() && frags > 0) {
     res.ns_per_fragment = detail::median(timed) / static_cast<double>(frags);
     res.cpu_ns_per_fragment = detail::median(timed_cpu) / static_cast<double>(frags);
+    std::vector<std::uint8_t> scratch(std::size_t{1} << 16);
+    std::vector<std::int64_t> copies;
+    for (unsigned p = 0; p < o.repeat; ++p)
+      copies.push_back(detail::copy_pass(cap, scratch));
+    res.copy_ns_per_fragment = detail::median(copies) / static_cast<double>(frags);
   }
   return res;
 }
