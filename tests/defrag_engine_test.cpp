@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -143,11 +144,38 @@ family fam(int v) {
   return family{v, {}, {}};
 }
 
-// An engine and what it delivered.
+// An engine and what it delivered. Beside it a twin takes every packet through
+// input_borrowed() (keeping pointers into packets the harness keeps alive): it must
+// deliver the same bytes and count the same as input(), packet after packet.
 struct harness {
-  explicit harness(defrag::config c = {}) : e(c, fixed_key) {}
+  explicit harness(defrag::config c = {}) : e(c, fixed_key), twin(c, fixed_key) {}
   void feed(const bytes& p, std::int64_t t = 0) {
+    const std::size_t before = out.size();
     e.input(t, p, [&](std::span<const std::uint8_t> d) { out.emplace_back(d.begin(), d.end()); });
+    std::vector<bytes> borrowed_out;
+    twin.input_borrowed(t, lent.emplace_back(p), [&](std::span<const std::uint8_t> d) {
+      borrowed_out.emplace_back(d.begin(), d.end());
+    });
+    EXPECT_TRUE(std::equal(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
+                           borrowed_out.begin(), borrowed_out.end()))
+        << "input_borrowed() delivered other packets than input()";
+    expect_twins();
+  }
+  // On both engines.
+  std::size_t expire(std::int64_t now, std::size_t buckets) {
+    const std::size_t n = e.expire(now, buckets);
+    EXPECT_EQ(twin.expire(now, buckets), n);
+    expect_twins();
+    return n;
+  }
+  void reconfigure(const defrag::config& c) {
+    e.reconfigure(c);
+    twin.reconfigure(c);
+  }
+  void expect_twins() const {
+    const defrag::stats a = e.snapshot(), b = twin.snapshot();
+    EXPECT_EQ(a.v, b.v) << "input_borrowed() counted otherwise than input()";
+    EXPECT_EQ(a.memory_bytes, b.memory_bytes);
   }
   void feed(const family& f, const std::vector<frag>& fs, std::int64_t t = 0) {
     for (const auto& x : fs)
@@ -155,6 +183,8 @@ struct harness {
   }
   std::int64_t operator[](counter c) const { return e.snapshot()[c]; }
   defrag::engine e;
+  std::deque<bytes> lent;  // outlives twin, which points into it
+  defrag::engine twin;
   std::vector<bytes> out;
 };
 
@@ -351,8 +381,8 @@ TEST_P(DefragEveryPolicy, MissingFragmentDeliversNothingAndTimesOut) {
   EXPECT_EQ(h.e.datagrams_pending(), 1);
   EXPECT_GT(h.e.snapshot().memory_bytes, 0);
   const std::int64_t timeout = f().v == 4 ? 30 * sec : 60 * sec;
-  EXPECT_EQ(h.e.expire(1 * sec + timeout - 1, 1 << 20), 0u);
-  EXPECT_EQ(h.e.expire(1 * sec + timeout, 1 << 20), 1u);
+  EXPECT_EQ(h.expire(1 * sec + timeout - 1, 1 << 20), 0u);
+  EXPECT_EQ(h.expire(1 * sec + timeout, 1 << 20), 1u);
   EXPECT_EQ(h[counter::reasm_timeout], 1);
   EXPECT_EQ(h[counter::reasm_fails], 1);
   EXPECT_EQ(h.e.snapshot().memory_bytes, 0);
@@ -797,7 +827,7 @@ TEST(DefragPolicies, ReconfigureChangesThePolicyOfTheNextFragment) {
   h.feed(f, {fs[0]});
   defrag::config c = h.e.initial_config();
   c.pol = policy::last;
-  h.e.reconfigure(c);
+  h.reconfigure(c);
   EXPECT_EQ(h.e.current_config().pol, policy::last);
   EXPECT_EQ(h.e.initial_config().pol, policy::linux);
   // A partial overlap that linux would reject: under last, the new bytes win.
@@ -854,10 +884,10 @@ TEST(DefragTime, TimeoutsAreCaptureTimeFromTheFirstFragment) {
   harness h;
   defrag::config c;
   c.timeout_v4_ns = 2 * sec;
-  h.e.reconfigure(c);
+  h.reconfigure(c);
   auto fs = cut(pattern(3000, 52), 1480);
   h.feed(fam(4).fragment(fs[0]), 0);
-  EXPECT_EQ(h.e.expire(2 * sec, 1 << 20), 1u);
+  EXPECT_EQ(h.expire(2 * sec, 1 << 20), 1u);
 }
 
 TEST(DefragTime, ExpireTouchesABoundedNumberOfBuckets) {
@@ -872,7 +902,7 @@ TEST(DefragTime, ExpireTouchesABoundedNumberOfBuckets) {
   EXPECT_EQ(h.e.datagrams_pending(), 500);
   std::size_t total = 0, calls = 0;
   while (h.e.datagrams_pending() > 0 && calls < 1000) {
-    const std::size_t n = h.e.expire(40 * sec, 4);
+    const std::size_t n = h.expire(40 * sec, 4);
     EXPECT_LT(n, 500u);  // 4 buckets of 256 never hold them all
     total += n;
     ++calls;
@@ -951,16 +981,18 @@ TEST(DefragFlood, BlackoutPatternDoesNotBlackOut) {
 
 // Fragments of the same datagrams dealt across threads, each thread in its own
 // order, with duplicates: every datagram comes out exactly once, byte for byte.
-void many_threads(policy pol, bool reconfigure_meanwhile) {
+// borrowed: through input_borrowed(), so a datagram's fragments are read by whichever
+// thread completes it, from the other threads' packets.
+void many_threads(policy pol, bool reconfigure_meanwhile, bool borrowed = false) {
   constexpr unsigned threads = 4;
   constexpr std::uint32_t datagrams = 300;
   defrag::config c = with_policy(pol);
   c.buckets = 64;  // many datagrams per bucket: the bucket lock is contended
   c.max_fragments = 128;
-  c.budget_bytes = std::int64_t{256} << 20;  // everything fits: no eviction here
+  c.budget_bytes = std::int64_t{256} << 20;        // everything fits: no eviction here
+  std::vector<std::vector<bytes>> share(threads);  // outlives e (input_borrowed)
   defrag::engine e(c, fixed_key);
   std::vector<bytes> want(datagrams);
-  std::vector<std::vector<bytes>> share(threads);
   std::mt19937 rng(99);
   for (std::uint32_t d = 0; d < datagrams; ++d) {
     family f = fam(d % 2 ? 6 : 4);
@@ -996,9 +1028,13 @@ void many_threads(policy pol, bool reconfigure_meanwhile) {
       ready.fetch_add(1, std::memory_order_acq_rel);
       while (ready.load(std::memory_order_acquire) < threads)
         std::this_thread::yield();
-      for (const bytes& p : share[t])
-        e.input(0, p,
-                [&](std::span<const std::uint8_t> d) { got[t].emplace_back(d.begin(), d.end()); });
+      auto out = [&](std::span<const std::uint8_t> d) { got[t].emplace_back(d.begin(), d.end()); };
+      for (const bytes& p : share[t]) {
+        if (borrowed)
+          e.input_borrowed(0, p, out);
+        else
+          e.input(0, p, out);
+      }
     });
   }
   for (auto& th : pool)
@@ -1034,6 +1070,12 @@ TEST(DefragThreads, SameDatagramsFromManyThreadsLast) {
 }
 TEST(DefragThreads, SameDatagramsWhileReconfiguring) {
   many_threads(policy::bsd, true);
+}
+TEST(DefragThreads, SameDatagramsFromManyThreadsBorrowed) {
+  many_threads(policy::linux, false, true);
+}
+TEST(DefragThreads, SameDatagramsFromManyThreadsBorrowedLast) {
+  many_threads(policy::last, false, true);
 }
 
 }  // namespace

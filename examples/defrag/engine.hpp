@@ -20,7 +20,8 @@
 //   IPSTATS_MIB_REASM* where one exists. Policy, timeouts and max_fragments are read
 //   through a hotpath::rcu_cell on every packet: reconfigure() changes them live.
 // - out() runs on the calling thread after the bucket lock is released; the packet it
-//   gets lives in the datagram's own buffer, handed out of the table under the lock.
+//   gets is built then, in a buffer of its own, from the fragments the datagram kept
+//   (copies, or with input_borrowed() the caller's packets themselves).
 //   Unfragmented packets go out unchanged (cut to their IP length: no link padding);
 //   an IPv6 atomic fragment, which Linux delivers, goes out without its fragment header.
 #pragma once
@@ -140,7 +141,18 @@ class engine {
   template <class Out>
   void input(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
     inc(counter::packets_in);
-    handle(now_ns, ip, out, 0);
+    handle(now_ns, ip, out, 0, false);
+  }
+
+  // input() for a packet the caller lends: the engine keeps pointers into `ip` instead
+  // of copying it, so the bytes must stay valid and unchanged until the engine is
+  // destroyed (a capture held in memory; a receive ring whose buffers outlive the
+  // engine). A fragment's payload is then read once, when its datagram completes,
+  // and never if it does not (a flood's bogus fragments cost no copy).
+  template <class Out>
+  void input_borrowed(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
+    inc(counter::packets_in);
+    handle(now_ns, ip, out, 0, true);
   }
 
   // Expires datagrams past their deadline, touching at most max_buckets buckets.
@@ -185,7 +197,8 @@ class engine {
   static constexpr unsigned max_depth = 4;
 
   template <class Out>
-  void handle(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out& out, unsigned depth) {
+  void handle(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out& out, unsigned depth,
+              bool borrowed) {
     packet_info pi;
     if (parse(ip, pi) != parse_status::ok) return inc(counter::malformed);
     if (pi.atomic) {  // ipv6_frag_rcv lets it through, counted ReasmOKs
@@ -214,20 +227,19 @@ class engine {
       max_fragments = cfg->max_fragments;
     }
     const std::int64_t cost = truesize(pi.length);
-    std::span<const std::uint8_t> pkt;
-    byte_buffer done;  // the completed datagram, carried out of the bucket lock
+    datagram done;  // the completed datagram, carried out of the bucket lock
     auto visit = [&](table_type::entry& e) -> add_result {
       if (e.created()) e.set_deadline(hotpath::detail::saturating_add(now_ns, timeout));
       if (!e.charge(cost)) {  // over budget even after evicting
         if (e.value().fragments() == 0) e.erase();
         return {outcome::dropped, why::none};
       }
-      add_result r = e.value().add(pi, ip, pol, max_fragments);
+      add_result r = e.value().add(pi, ip, pol, max_fragments, borrowed);
       switch (r.what) {
         case outcome::queued:
           break;
         case outcome::complete:
-          done = e.value().release(pkt);
+          done = std::move(e.value());  // built once the lock is released
           e.erase();
           break;
         case outcome::duplicate:
@@ -249,9 +261,12 @@ class engine {
     switch (r->what) {
       case outcome::queued:
         return;
-      case outcome::complete:
+      case outcome::complete: {
         inc(counter::reasm_oks);
+        std::span<const std::uint8_t> pkt;
+        const byte_buffer b = done.build(pkt);
         return deliver(now_ns, pkt, out, depth);
+      }
       case outcome::duplicate:
         return inc(counter::duplicates);
       case outcome::dropped:
@@ -267,7 +282,7 @@ class engine {
   void deliver(std::int64_t now_ns, std::span<const std::uint8_t> pkt, Out& out, unsigned depth) {
     if (pkt[0] >> 4 == 6) {
       if (depth + 1 >= max_depth) return inc(counter::malformed);
-      return handle(now_ns, pkt, out, depth + 1);
+      return handle(now_ns, pkt, out, depth + 1, false);  // pkt dies when we return
     }
     inc(counter::datagrams_out);
     out(pkt);

@@ -3,11 +3,12 @@
 // a host would deliver once it is complete. Not thread-safe: the engine holds the
 // datagram's bucket lock around every call.
 //
-// Storage: the payload goes into one buffer at its final offset (grown geometrically,
-// sized exactly when the last fragment is known), behind a headroom that receives the
-// header of the first fragment, so the rebuilt packet is contiguous without a copy.
-// What is kept per fragment is an interval in a small inline vector: no allocation
-// per fragment.
+// Storage: no payload byte is copied until the datagram is complete. Per fragment kept,
+// the datagram records where its bytes are (a piece_source in a small inline vector):
+// in the caller's packet when the caller lends it for the datagram's life (the
+// engine's input_borrowed(), e.g. a capture held in memory, as a NIC driver holds its
+// receive buffers), else in a copy of the packet in a pooled block. build() then
+// copies header and payload once, into the buffer that is delivered.
 //
 // Policies (docs/defrag.md has the table):
 //   linux         Linux >= 4.19 (inet_frag_queue_insert): fragments are kept as runs;
@@ -32,6 +33,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <optional>
 #include <span>
@@ -321,14 +323,23 @@ inline byte_buffer strip_atomic_fragment(const packet_info& pi, std::span<const 
   return b;
 }
 
+// Where the bytes of a payload range come from: bytes [start, end) are at src.
+struct piece_source {
+  std::uint32_t start;
+  std::uint32_t end;
+  const std::uint8_t* src;
+};
+
 class datagram {
  public:
   static constexpr std::uint32_t max_ip_len = 65535;
-  static constexpr std::uint32_t default_headroom = 128;
 
-  // Adds one fragment (parsed into `pi`, the packet is `ip`).
+  // Adds one fragment (parsed into `pi`, the packet is `ip`). Borrowed: the datagram
+  // keeps pointers into `ip`, whose bytes must stay valid and unchanged as long as the
+  // datagram lives; else it copies the packet into a block of its own (one per
+  // fragment kept). Either way no payload byte moves until build().
   add_result add(const packet_info& pi, std::span<const std::uint8_t> ip, policy pol,
-                 std::uint32_t max_fragments) {
+                 std::uint32_t max_fragments, bool borrowed) {
     add_result r;
     const std::uint32_t off = pi.offset;
     std::uint32_t end = off + pi.payload_len();
@@ -354,12 +365,18 @@ class datagram {
     }
     if (end == off) return {outcome::killed, why::zero_length};
 
-    const std::uint8_t* data = ip.data() + pi.payload_off;
+    // Taken before anything changes, so that a failed allocation leaves the datagram
+    // as it was; given back if the fragment is not kept.
+    block_holder copy;
+    const std::uint8_t* base = ip.data();
+    if (!borrowed) base = copy.fill(ip.first(pi.length));
+    const std::uint8_t* data = base + pi.payload_off;
     bool first_wins = false;
     if (pol == policy::linux) {
+      writes_.reserve(writes_.size() + 1);
       outcome o = insert_linux(off, end);
       if (o != outcome::queued) return {o, o == outcome::killed ? why::overlap : why::none};
-      copy(off, end, data);
+      writes_.push_back({off, end, data});
       meat_ += end - off;
       first_wins = off == 0;
     } else {
@@ -368,16 +385,20 @@ class datagram {
       if (!insert_target(pol, off, end, survivors, n, r.overlapped, max_fragments))
         return {outcome::dropped, why::too_many_fragments};
       if (n == 0) return {outcome::duplicate, why::none};
+      // Applied in arrival order by build(): a later fragment's survivors overwrite
+      // what it won from earlier ones.
       for (std::size_t i = 0; i < n; ++i)
-        copy(survivors[i].start, survivors[i].end, data + (survivors[i].start - off));
+        writes_.push_back(
+            {survivors[i].start, survivors[i].end, data + (survivors[i].start - off)});
       first_wins = survivors[0].start == 0;
     }
+    copy.keep(blocks_);
     ++nfrags_;
     ecn_mask_ |= static_cast<std::uint8_t>(1u << pi.ecn);
     const std::uint32_t fragsize = end - off + pi.header_len;
     max_size_ = std::max(max_size_, fragsize);
     if (pi.dont_fragment) max_df_size_ = std::max(max_df_size_, fragsize);
-    if (first_wins) take_header(pi, ip);
+    if (first_wins) take_header(pi, base);
     if (first_in_ && last_in_ && meat_ == len_) {
       r.what = outcome::complete;
       if (too_long()) return {outcome::killed, why::too_long};
@@ -386,40 +407,90 @@ class datagram {
     return r;
   }
 
-  // The datagram as the host delivers it (valid while *this lives and is not changed).
-  // Call once, after add() returned complete.
-  std::span<const std::uint8_t> build() {
-    std::uint8_t* h = buf_.data() + headroom_ - hlen_;
+  // The datagram as the host delivers it, written into a buffer of its own: the one
+  // copy of its bytes. `pkt` stays valid as long as the returned buffer lives. Call
+  // after add() returned complete (the datagram may have been moved since).
+  byte_buffer build(std::span<const std::uint8_t>& pkt) const {
+    const std::uint32_t total = hlen_ + len_;
+    byte_buffer b;
+    b.grow(total, 0);
+    std::uint8_t* h = b.data();
+    std::memcpy(h, hdr_, hlen_);
+    std::uint8_t* payload = h + hlen_;
+    for (const piece_source& w : writes_)
+      std::memcpy(payload + w.start, w.src, std::min(w.end, len_) - w.start);
     const std::uint8_t ecn = combined_ecn(ecn_mask_);
     if (family_ == 4) {
-      store_be16(h + 2, static_cast<std::uint16_t>(hlen_ + len_));
+      store_be16(h + 2, static_cast<std::uint16_t>(total));
       // Linux sets DF only if the largest fragment carried it (ip_frag_reasm).
       store_be16(h + 6, max_df_size_ == max_size_ ? 0x4000 : 0);
       h[1] |= ecn;
       store_be16(h + 10, 0);
       store_be16(h + 10, checksum_fold(checksum_add({h, hlen_})));
     } else {
-      store_be16(h + 4, static_cast<std::uint16_t>(hlen_ - 40 + len_));
+      store_be16(h + 4, static_cast<std::uint16_t>(total - 40));
       h[prev_nexthdr_off_] = frag_nexthdr_;
       h[1] |= static_cast<std::uint8_t>(ecn << 4);
     }
-    return {h, hlen_ + len_};
-  }
-
-  // build(), then moves the buffer (and the packet in it) out: `pkt` stays valid as
-  // long as the returned buffer lives. The datagram is left empty.
-  byte_buffer release(std::span<const std::uint8_t>& pkt) {
-    pkt = build();
-    return std::move(buf_);
+    pkt = {h, total};
+    return b;
   }
 
   std::uint32_t fragments() const noexcept { return nfrags_; }
   std::uint32_t known_length() const noexcept { return len_; }
   std::size_t intervals() const noexcept { return iv_.size(); }
-  std::size_t buffer_capacity() const noexcept { return buf_.capacity(); }
 
  private:
   static constexpr std::size_t kMaxSurvivors = 64;
+
+  // A copied packet: a buffer from buffer_pool whose first bytes link it into the
+  // datagram's list of blocks, the packet after them.
+  struct block_header {
+    std::uint8_t* next;
+    unsigned shift;
+  };
+  static constexpr std::size_t block_data = 16;
+  static_assert(sizeof(block_header) <= block_data);
+
+  // Gives back every block of a list linked through block_header.
+  struct block_list_deleter {
+    void operator()(std::uint8_t* p) const noexcept {
+      while (p) {
+        block_header h;
+        std::memcpy(&h, p, sizeof h);
+        buffer_pool::give(p, h.shift);
+        p = h.next;
+      }
+    }
+  };
+  using block_list = std::unique_ptr<std::uint8_t, block_list_deleter>;
+
+  class block_holder {
+   public:
+    block_holder() = default;
+    block_holder(const block_holder&) = delete;
+    block_holder& operator=(const block_holder&) = delete;
+    ~block_holder() {
+      if (p_) buffer_pool::give(p_, shift_);
+    }
+    const std::uint8_t* fill(std::span<const std::uint8_t> pkt) {
+      shift_ = static_cast<unsigned>(buffer_pool::size_class(block_data + pkt.size()));
+      p_ = buffer_pool::take(shift_);
+      std::memcpy(p_ + block_data, pkt.data(), pkt.size());
+      return p_ + block_data;
+    }
+    // Links the block (if any) at the front of `list`; the datagram owns it now.
+    void keep(block_list& list) noexcept {
+      if (!p_) return;
+      block_header h{list.release(), shift_};
+      std::memcpy(p_, &h, sizeof h);
+      list.reset(std::exchange(p_, nullptr));
+    }
+
+   private:
+    std::uint8_t* p_ = nullptr;
+    unsigned shift_ = 0;
+  };
 
   bool too_long() const noexcept {
     return family_ == 4 ? hlen_ + len_ > max_ip_len : hlen_ - 40 + len_ > max_ip_len;
@@ -523,52 +594,29 @@ class datagram {
       nsurv = 0;
       return false;
     }
+    writes_.reserve(writes_.size() + nsurv);  // so that add() cannot throw past here
     iv_.replace(static_cast<std::size_t>(first - iv_.begin()),
                 static_cast<std::size_t>(last - iv_.begin()), repl, nrepl);
     meat_ += (end - off) - shared;
     return true;
   }
 
-  // Copies payload bytes [s, e) to their place; bytes past 65535 are never delivered.
-  void copy(std::uint32_t s, std::uint32_t e, const std::uint8_t* src) {
-    e = std::min(e, max_ip_len);
-    if (s >= e) return;
-    reserve(e);
-    std::memcpy(buf_.data() + headroom_ + s, src, e - s);
-    stored_end_ = std::max(stored_end_, e);
-  }
-  void reserve(std::uint32_t payload_end) {
-    const std::size_t need = headroom_ + payload_end;
-    if (need <= buf_.capacity()) return;
-    // Sized on the last fragment once it is in; powers of two meanwhile.
-    const std::size_t cap = last_in_ ? headroom_ + std::min(len_, max_ip_len) : need;
-    buf_.grow(std::max(cap, need), headroom_ + stored_end_);
-  }
   // The header of the fragment at offset 0 becomes the datagram's.
-  void take_header(const packet_info& pi, std::span<const std::uint8_t> ip) {
-    const std::uint32_t h = pi.header_len;
-    if (h > headroom_) {  // IPv6 with long extension headers: make room in front
-      const std::uint32_t more = (h - headroom_ + 63) & ~63u;
-      const std::size_t used = headroom_ + stored_end_;
-      buf_.grow(used + more, used);
-      std::memmove(buf_.data() + headroom_ + more, buf_.data() + headroom_, stored_end_);
-      headroom_ += more;
-    }
-    reserve(0);
-    std::memcpy(buf_.data() + headroom_ - h, ip.data(), h);
-    hlen_ = h;
+  void take_header(const packet_info& pi, const std::uint8_t* ip) noexcept {
+    hdr_ = ip;
+    hlen_ = pi.header_len;
     family_ = pi.family;
     prev_nexthdr_off_ = pi.prev_nexthdr_off;
     frag_nexthdr_ = pi.frag_nexthdr;
     first_in_ = true;
   }
 
-  byte_buffer buf_;
   small_vector<interval, 6> iv_;
-  std::uint32_t headroom_ = default_headroom;
-  std::uint32_t len_ = 0;         // end of the datagram's payload as far as known (q.len)
-  std::uint32_t meat_ = 0;        // payload bytes received, without overlaps
-  std::uint32_t stored_end_ = 0;  // payload bytes [0, stored_end_) of buf_ may hold data
+  small_vector<piece_source, 8> writes_;  // in arrival order
+  block_list blocks_;                     // copied packets, linked through block_header
+  const std::uint8_t* hdr_ = nullptr;     // the IP header of the fragment at offset 0
+  std::uint32_t len_ = 0;                 // end of the datagram's payload as far as known (q.len)
+  std::uint32_t meat_ = 0;                // payload bytes received, without overlaps
   std::uint32_t nfrags_ = 0;
   std::uint32_t hlen_ = 0;
   std::uint32_t max_size_ = 0, max_df_size_ = 0;

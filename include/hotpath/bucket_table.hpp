@@ -87,6 +87,7 @@
 // for every fragment anyway.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -458,37 +459,59 @@ class bucket_table {
 
   // One eviction round (header comment): samples non-empty buckets, expires what is
   // due there and, if nothing was, evicts the least recently touched entry seen.
+  // Probes go in batches: a batch's buckets are prefetched, then the first nodes of
+  // the non-empty ones, before any lock is taken, so that their cache misses overlap
+  // instead of following one another. (Random buckets, not a run of neighbours:
+  // evictions empty a run of its oldest entries, and the next run over it would then
+  // find only fresh ones, live entries among them.)
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
   // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
   // depends on the data, which clang's thread-safety analysis cannot follow.)
   void evict(bucket* held, node* protect, std::int64_t now,
              reclaim_lists& rl) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
+    constexpr unsigned batch_max = 16;
     const unsigned want = opt_.eviction_samples;
     const unsigned max_probes = 8 * want;
     bucket* best_b = nullptr;
     node* best = nullptr;
     bool freed = false;
     unsigned seen = 0;
-    for (unsigned probe = 0; probe < max_probes && seen < want; ++probe) {
-      bucket& b = buckets_[static_cast<std::size_t>(detail::sample_random()) & mask_];
-      if (&b == best_b) continue;
-      // A hint: an empty bucket is not worth its lock.
-      if (!b.head.load(std::memory_order_relaxed)) continue;
-      const bool own = &b == held;
-      if (!own && !b.lock.try_lock()) continue;  // busy: being visited, so fresh
-      ++seen;
-      node* before = rl.expired;
-      expire_chain(b, now, protect, rl);
-      freed |= rl.expired != before;
-      node* oldest = nullptr;
-      for (node* n = b.head.load(std::memory_order_relaxed); n; n = n->next)
-        if (n != protect && (!oldest || n->last_used < oldest->last_used)) oldest = n;
-      if (oldest && (!best || oldest->last_used < best->last_used)) {
-        if (best_b && best_b != held) best_b->lock.unlock();
-        best_b = &b;
-        best = oldest;
-      } else if (!own) {
-        b.lock.unlock();
+    for (unsigned probe = 0; probe < max_probes && seen < want;) {
+      bucket* batch[batch_max];
+      const unsigned m = std::min(batch_max, max_probes - probe);
+      probe += m;
+      for (unsigned i = 0; i < m; ++i) {
+        batch[i] = &buckets_[static_cast<std::size_t>(detail::sample_random()) & mask_];
+        __builtin_prefetch(batch[i]);
+      }
+      unsigned n = 0;
+      for (unsigned i = 0; i < m; ++i) {
+        // A hint: an empty bucket is not worth its lock. Prefetching a node that is
+        // freed meanwhile is harmless.
+        node* head = batch[i]->head.load(std::memory_order_relaxed);
+        if (!head) continue;
+        __builtin_prefetch(head);
+        batch[n++] = batch[i];
+      }
+      for (unsigned i = 0; i < n && seen < want; ++i) {
+        bucket& b = *batch[i];
+        if (&b == best_b) continue;
+        const bool own = &b == held;
+        if (!own && !b.lock.try_lock()) continue;  // busy: being visited, so fresh
+        ++seen;
+        node* before = rl.expired;
+        expire_chain(b, now, protect, rl);
+        freed |= rl.expired != before;
+        node* oldest = nullptr;
+        for (node* e = b.head.load(std::memory_order_relaxed); e; e = e->next)
+          if (e != protect && (!oldest || e->last_used < oldest->last_used)) oldest = e;
+        if (oldest && (!best || oldest->last_used < best->last_used)) {
+          if (best_b && best_b != held) best_b->lock.unlock();
+          best_b = &b;
+          best = oldest;
+        } else if (!own) {
+          b.lock.unlock();
+        }
       }
     }
     if (best && !freed) {

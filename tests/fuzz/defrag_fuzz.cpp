@@ -2,9 +2,9 @@
 // libFuzzer target: the link-layer stripping of hotpath-defrag, the packet parser and the
 // reassembly engine, on fuzzer-chosen packet sequences (tests/fuzz/run.sh runs it).
 //
-// Input: one byte of setup (policy, link type, budget), then records of
-// [length: 2 bytes, big endian][time step: 1 byte][frame: length bytes]. A small table
-// and budget make eviction and the budget limits easy to reach.
+// Input: one byte of setup (policy, link type, budget, input() or input_borrowed()), then records
+// of [length: 2 bytes, big endian][time step: 1 byte][frame: length bytes]. A small table and
+// budget make eviction and the budget limits easy to reach.
 //
 // Checked besides the sanitizers: every delivered packet is a whole IP packet that a
 // second engine passes through unchanged; every packet is counted; memory never
@@ -42,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.timeout_v4_ns = 30'000'000'000;
   cfg.timeout_v6_ns = 60'000'000'000;
   const int dlt = link_types[(setup >> 3) & 7];
+  const bool borrowed = (setup & 0x80) != 0;  // input_borrowed(): pointers into `data`
   defrag::engine eng(cfg);
   defrag::engine again(cfg);  // delivered packets must pass through it unchanged
 
@@ -60,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(ip.data() >= frame.data() && ip.data() + ip.size() <= frame.data() + frame.size(),
           "the IP packet lies inside its frame");
     ++inputs;
-    eng.input(now, ip, [&](std::span<const std::uint8_t> pkt) {
+    auto out = [&](std::span<const std::uint8_t> pkt) {
       ++delivered;
       check(!pkt.empty() && pkt.size() <= 65535 + 40, "a delivered packet has a sane length");
       // Copy: the engine owns pkt's bytes only for the duration of out().
@@ -72,7 +73,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               "a delivered packet passes through a second engine unchanged");
       });
       check(passed == 1, "a delivered packet is a whole, well-formed IP packet");
-    });
+    };
+    if (borrowed)
+      eng.input_borrowed(now, ip, out);  // `data` outlives eng
+    else
+      eng.input(now, ip, out);
     if ((inputs & 7) == 0) eng.expire(now, 4);
   }
   defrag::stats s = eng.snapshot();

@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
     constexpr std::size_t run = 12;
     int files = 0;
     for (std::size_t first = 0; first < cap.packets.size(); first += run / 2) {
-      std::vector<std::uint8_t> seed = {static_cast<std::uint8_t>(files % 8)};  // raw, a policy
+      // Raw link type, a policy, and every other eight through input_borrowed().
+      std::vector<std::uint8_t> seed = {
+          static_cast<std::uint8_t>(files % 8 | (files % 16 >= 8 ? 0x80 : 0))};
       for (std::size_t i = first; i < std::min(cap.packets.size(), first + run); ++i) {
         auto ip = cap.ip(cap.packets[i]);
         seed.push_back(static_cast<std::uint8_t>(ip.size() >> 8));
