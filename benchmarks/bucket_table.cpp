@@ -2,14 +2,10 @@
 // bucket_table against general concurrent maps on a reassembly-like mix, and the
 // keyed hash against unkeyed ones. Same binary, same run: quote ratios.
 //
-// bucket_table/mix/<map>/threads:N: 4096 datagrams in flight, split among the
-// threads; each step takes a random one of the thread's datagrams and delivers its
-// next fragment: find-or-create the entry, count the fragment (and charge it, for
-// bucket_table), and erase the entry with the last one. A datagram has 3 to 5
-// fragments: create, 2-4 visits, the last of which erases; then its slot takes a new
-// key. Keys are IPv4 reassembly keys (12 bytes); every map hashes them with the same
-// keyed_hash, as any table facing keys chosen by the network must. ops/s: fragments
-// per second of wall time, all threads together, over a fixed window.
+// bucket_table/mix/<map>/threads:N: the reassembly-like mix of
+// support/table_mix.hpp (fragments only: create, 2-4 visits, the last of which
+// erases), 4096 datagrams in flight split among the threads. ops/s: fragments per
+// second of wall time, all threads together, over a fixed window.
 //
 // Peers: std::unordered_map under one std::mutex; the same split over 64 shards
 // with a std::mutex each (what parallel-hashmap does); tbb::concurrent_hash_map
@@ -30,75 +26,26 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
-#include "hotpath/bucket_table.hpp"
 #include "hotpath/keyed_hash.hpp"
 #include "support/measure.hpp"
-
-#if defined(HOTPATH_HAVE_TBB)
-#include <tbb/concurrent_hash_map.h>
-#endif
-#if defined(HOTPATH_HAVE_LIBCUCKOO)
-#include <libcuckoo/cuckoohash_map.hh>
-#endif
+#include "support/table_mix.hpp"
 
 namespace hotpath::bench {
 namespace {
 
-struct ipv4_key {
-  std::uint32_t src, dst;
-  std::uint16_t id;
-  std::uint8_t proto, pad;
-  friend bool operator==(const ipv4_key&, const ipv4_key&) = default;
-};
+using namespace tables;
+
 struct ipv6_key {
   std::array<std::uint32_t, 4> src, dst;
   std::uint32_t id;
 };
-static_assert(sizeof(ipv4_key) == 12 && sizeof(ipv6_key) == 36);
-
-struct queue {
-  std::uint32_t frags = 0;
-  std::uint32_t bytes = 0;
-};
-
-constexpr std::uint32_t fragment_bytes = 1480;
-constexpr unsigned in_flight = 4096;
-
-// One hash object for every map: the same (fixed) key, so all pay the same hash.
-struct shared_hash {
-  std::size_t operator()(const ipv4_key& k) const noexcept {
-    return static_cast<std::size_t>(h(k));
-  }
-  keyed_hash<ipv4_key> h{hash_key{0x243f6a8885a308d3ull, 0x13198a2e03707344ull}};
-};
-
-// Each adapter: fragment(key, n, now) delivers one fragment of a datagram of n.
-struct hotpath_map {
-  using table = bucket_table<ipv4_key, queue>;
-  static bucket_table_options options() {
-    bucket_table_options o;
-    o.buckets = in_flight;
-    o.budget = std::int64_t{1} << 30;  // no eviction here: the mix alone
-    return o;
-  }
-  table t{options(), {}, keyed_hash<ipv4_key>(shared_hash{}.h.key())};
-  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t now) {
-    t.find_or_create(k, now, [n](table::entry& e) {
-      e.charge(fragment_bytes);
-      queue& q = e.value();
-      q.bytes += fragment_bytes;
-      if (++q.frags == n) e.erase();
-    });
-  }
-};
+static_assert(sizeof(ipv6_key) == 36);
 
 // The limit: the same table, one per thread (keys carry their thread in src), so
 // that nothing is shared. What scaling costs is the gap between this and hotpath_map.
@@ -112,79 +59,6 @@ struct private_tables {
     per[k.src % per.size()]->fragment(k, n, now);
   }
 };
-
-struct one_mutex_map {
-  std::mutex m;
-  std::unordered_map<ipv4_key, queue, shared_hash> map;
-  one_mutex_map() { map.reserve(in_flight); }
-  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t) {
-    std::scoped_lock g(m);
-    auto it = map.try_emplace(k).first;
-    it->second.bytes += fragment_bytes;
-    if (++it->second.frags == n) map.erase(it);
-  }
-};
-
-struct sharded_map {
-  static constexpr unsigned shards = 64;
-  struct alignas(cache_line_size) shard {
-    std::mutex m;
-    std::unordered_map<ipv4_key, queue, shared_hash> map;
-  };
-  std::unique_ptr<shard[]> s{new shard[shards]};
-  shared_hash h;
-  sharded_map() {
-    for (unsigned i = 0; i < shards; ++i)
-      s[i].map.reserve(in_flight / shards);
-  }
-  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t) {
-    // The top bits pick the shard; the map uses the low ones.
-    shard& sh = s[h(k) >> 58];
-    std::scoped_lock g(sh.m);
-    auto it = sh.map.try_emplace(k).first;
-    it->second.bytes += fragment_bytes;
-    if (++it->second.frags == n) sh.map.erase(it);
-  }
-};
-
-#if defined(HOTPATH_HAVE_TBB)
-struct tbb_map {
-  struct compare {
-    shared_hash h;
-    std::size_t hash(const ipv4_key& k) const { return h(k); }
-    bool equal(const ipv4_key& a, const ipv4_key& b) const { return a == b; }
-  };
-  tbb::concurrent_hash_map<ipv4_key, queue, compare> map{in_flight};
-  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t) {
-    decltype(map)::accessor a;
-    map.insert(a, k);
-    a->second.bytes += fragment_bytes;
-    if (++a->second.frags == n) map.erase(a);
-  }
-};
-#endif
-
-#if defined(HOTPATH_HAVE_LIBCUCKOO)
-struct cuckoo_map {
-  libcuckoo::cuckoohash_map<ipv4_key, queue, shared_hash> map{in_flight};
-  void fragment(const ipv4_key& k, std::uint32_t n, std::int64_t) {
-    map.uprase_fn(
-        k,
-        [n](queue& q) {
-          q.bytes += fragment_bytes;
-          return ++q.frags == n;
-        },
-        queue{1, fragment_bytes});
-  }
-};
-#endif
-
-std::uint64_t next_random(std::uint64_t& s) noexcept {
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
 
 double thread_cpu_ns() {
   return static_cast<double>(thread_cpu_time().count());
@@ -283,22 +157,7 @@ void mix(benchmark::State& state) {
           CPU_SET(cpus[t], &one);
           sched_setaffinity(0, sizeof one, &one);
         }
-        struct datagram {
-          ipv4_key key;
-          std::uint32_t n, sent;
-        };
-        std::uint64_t rng = 0x9e3779b97f4a7c15ull * (t + 1);
-        std::uint32_t serial = 0;
-        auto fresh = [&] {
-          ++serial;
-          return datagram{{0x0a000000u + t, 0xc0a80000u + (serial >> 16),
-                           static_cast<std::uint16_t>(serial), 17, 0},
-                          3 + static_cast<std::uint32_t>(next_random(rng) % 3),
-                          0};
-        };
-        std::vector<datagram> flight(in_flight / threads);
-        for (auto& d : flight)
-          d = fresh();
+        tables::flight flight(t, threads);
         side& me = sides[t];
         if (pin) me.chunks.reserve(static_cast<std::size_t>(window.count()) * 100);
         const run_delay_clock delay;
@@ -311,9 +170,7 @@ void mix(benchmark::State& state) {
         while (!stop.load(std::memory_order_relaxed)) {
           const double t0 = pin ? since() : 0;
           for (int i = 0; i < chunk; ++i) {
-            datagram& d = flight[next_random(rng) % flight.size()];
-            map->fragment(d.key, d.n, static_cast<std::int64_t>(n));
-            if (++d.sent == d.n) d = fresh();
+            flight.fragment(*map, static_cast<std::int64_t>(n));
             ++n;
           }
           if (!pin) continue;

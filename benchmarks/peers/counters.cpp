@@ -7,7 +7,6 @@
 // counter/contended/NAME: every thread adds to the same counter for the window;
 // the total must equal the sum of the adds.
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -103,22 +102,11 @@ void uncontended(benchmark::State& state) {
 
 template <class Counter>
 void contended(benchmark::State& state) {
-  const auto threads = static_cast<unsigned>(state.range(0));
-  const auto window = std::chrono::milliseconds(state.range(1));
-  constexpr std::uint64_t chunk = 256;  // adds between looks at the stop flag
   for (auto _ : state) {
     auto c = std::make_unique<Counter>();
-    const std::uint64_t total =
-        hotpath::bench::run_window(state, threads, window, [&](unsigned, const auto& stop) {
-          const auto add = c->local();
-          std::uint64_t n = 0;
-          while (!stop.load(std::memory_order_relaxed)) {
-            for (std::uint64_t i = 0; i < chunk; ++i)
-              add();
-            n += chunk;
-          }
-          return n;
-        });
+    // 256 adds between looks at the stop flag.
+    const std::uint64_t total = hotpath::showdown::run_chunks(
+        state, 256, [&](unsigned) { return [add = c->local()](std::uint64_t) { add(); }; });
     if (static_cast<std::uint64_t>(c->total()) != total)
       hotpath::bench::fail(state, "the counter lost adds");
   }
@@ -126,8 +114,8 @@ void contended(benchmark::State& state) {
 
 template <class Counter>
 void register_counter(const std::string& name, const hotpath::showdown::options& o) {
-  benchmark::RegisterBenchmark(("counter/uncontended/" + name).c_str(), uncontended<Counter>);
-  hotpath::showdown::register_windowed("counter/contended/" + name, contended<Counter>, o);
+  hotpath::showdown::register_pair("counter", "contended", name, uncontended<Counter>,
+                                   contended<Counter>, o);
 }
 
 void register_counters(const hotpath::showdown::options& o) {

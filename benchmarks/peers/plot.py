@@ -292,6 +292,22 @@ def summary(rows, machine, context):
                 row(f"rcu_domain reads/s at {t} thread(s) >= {'' if times == 1 else '10x '}"
                     f"{peer}", f"{mine:.3g} vs {theirs:.3g}", ratio(mine, theirs), c,
                     mine >= times * theirs)
+    # Issue 9's targets for bucket_table, on the showdown's mix (with lookups).
+    bt = "hotpath::bucket_table"
+    mine = get("table", "contended", bt, "ops/s", 2)
+    for peer, times in (("tbb::concurrent_hash_map", 1.5), ("libcuckoo", 1),
+                        ("std::mutex+unordered_map", 3)):
+        theirs = get("table", "contended", peer, "ops/s", 2)
+        if mine and theirs:
+            row(f"bucket_table ops/s at 2 threads >= {'' if times == 1 else f'{times:g}x '}{peer}",
+                f"{mine:.3g} vs {theirs:.3g}", ratio(mine, theirs),
+                cpu_ratio("table", "contended", bt, peer, 2), mine >= times * theirs)
+    for t, base, times in ((2, 1, 1.7), (8, 2, 0.9)):
+        a = get("table", "contended", bt, "ops/s", t)
+        b = get("table", "contended", bt, "ops/s", base)
+        if a and b:
+            row(f"bucket_table ops/s at {t} threads >= {times:g}x its {base}-thread rate",
+                f"{a:.3g} vs {b:.3g}", ratio(a, b), "", a >= times * b)
     for idle, busy in ((0, 0), (8, 0), (0, 2)):
         mine = get("rcu", "grace", "hotpath::rcu_synchronize", "p50_ns", idle=idle, busy=busy)
         memb = get("rcu", "grace", "liburcu-memb", "p50_ns", idle=idle, busy=busy)

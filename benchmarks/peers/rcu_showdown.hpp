@@ -108,8 +108,7 @@ void grace(benchmark::State& state) {
 
 template <class R>
 void register_reader(const std::string& name, const options& o) {
-  benchmark::RegisterBenchmark(("rcu/uncontended/" + name).c_str(), read_uncontended<R>);
-  register_windowed("rcu/read/" + name, read_contended<R>, o);
+  register_pair("rcu", "read", name, read_uncontended<R>, read_contended<R>, o);
 }
 
 template <class R>

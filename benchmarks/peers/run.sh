@@ -49,6 +49,7 @@ cat >"$out/showdown-machine.json" <<JSON
     "libabsl-dev": "$(pkgver libabsl-dev)",
     "libck-dev": "$(pkgver libck-dev)",
     "liburcu-dev": "$(pkgver liburcu-dev)",
+    "libcuckoo-dev": "$(pkgver libcuckoo-dev)",
     "libbenchmark-dev": "$(pkgver libbenchmark-dev)"
   }
 }

@@ -108,7 +108,11 @@ class basic_rcu_domain {
     r->ctr.store(gp_seq_.load(std::memory_order_relaxed), std::memory_order_release);
     // Orders the store before the section's loads; pairs with heavy_fence() in
     // start_grace_period() (membarrier, or a full fence on both sides without it).
-    detail::policy_light_fence<Policy>();
+    if (membarrier_) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      detail::policy_light_fence<Policy>();
+    }
   }
 
   bool try_lock() noexcept {
@@ -398,6 +402,11 @@ class basic_rcu_domain {
   // Readers load gp_seq_ on every outermost lock(); writers bump it once per grace
   // period. The reader list head is read-mostly too; the retire state is not.
   alignas(cache_line_size) atomic<std::uint64_t> gp_seq_{1};
+  // membarrier_available(), kept on the line lock() loads anyway: reading it through
+  // the function's magic static costs a guard check per section. False where the
+  // policy models the fences itself (tests/schedule/).
+  static constexpr bool policy_fences = requires { Policy::light_fence(); };
+  const bool membarrier_ = !policy_fences && detail::membarrier_available();
   atomic<reader*> readers_{nullptr};
   alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
   atomic<std::size_t> pending_count_{0};
