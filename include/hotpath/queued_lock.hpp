@@ -783,7 +783,7 @@ class queued_core {
 
 // The core's ways in and out, told to clang's analysis and to TSan
 // (detail/annotations.hpp); the core itself calls only its own, unannotated.
-template <class Policy = default_policy>
+template <class Policy = queued_default_policy>
 class HOTPATH_CAPABILITY("mutex") basic_queued_lock : public detail::queued_core<Policy, false> {
   using core = detail::queued_core<Policy, false>;
 
