@@ -46,17 +46,18 @@
 HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
-#if defined(__cpp_lib_hardware_interference_size)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC warns that the value may differ between -mtune settings; we accept that:
-// it only sizes padding, never an ABI that crosses a library boundary.
-#pragma GCC diagnostic ignored "-Winterference-size"
-#endif
-inline constexpr std::size_t cache_line_size = std::hardware_destructive_interference_size;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+// The size hotpath pads and aligns shared data to. A constant per architecture, not
+// std::hardware_destructive_interference_size: it is part of the layout of types that
+// objects built by different compilers may share (queued_lock's nodes, the RCU
+// domain, rcu_cell, percpu slots), and that value is not: GCC gives 256 on aarch64
+// where Clang before 19 has none (a fallback of 64), and GCC's changes with -mtune
+// and --param destructive-interference-size (tests/build_mode_test.cpp builds one
+// translation unit with that flag and compares layouts). 128 on aarch64 (Apple cores
+// have 128-byte lines) and POWER, 256 on s390x, 64 elsewhere (x86-64: GCC's value).
+#if defined(__aarch64__) || defined(__powerpc64__)
+inline constexpr std::size_t cache_line_size = 128;
+#elif defined(__s390x__)
+inline constexpr std::size_t cache_line_size = 256;
 #else
 inline constexpr std::size_t cache_line_size = 64;
 #endif
