@@ -120,15 +120,19 @@ grep -q "compatible with requested version \"$version\"" "$tmp/old-want.log" ||
 step "find_package(hotpath ${accept[*]}) accepted; $next refused by $version, $version by $next.0"
 
 # --- examples, copied out of the tree -------------------------------------------------
-for ex in quickstart qdisc defrag; do
+# Each example is copied with examples/common/ beside it, as its CMakeLists.txt says.
+for ex in quickstart qdisc act_skbedit defrag; do
   [ -d "examples/$ex" ] || { step "examples/$ex: not in this tree"; continue; }
   [ -f "examples/$ex/CMakeLists.txt" ] || fail "examples/$ex has no CMakeLists.txt of its own"
-  cp -r "examples/$ex" "$tmp/ex-$ex"
-  configure_build "$tmp/ex-$ex" "$tmp/ex-$ex-build" -DCMAKE_PREFIX_PATH="$tmp/vcpkg"
+  mkdir "$tmp/ex-$ex"
+  cp -r "examples/$ex" examples/common "$tmp/ex-$ex/"
+  configure_build "$tmp/ex-$ex/$ex" "$tmp/ex-$ex-build" -DCMAKE_PREFIX_PATH="$tmp/vcpkg"
 done
 "$tmp/ex-quickstart-build/hotpath-quickstart" >/dev/null || fail "copied quickstart"
 "$tmp/ex-qdisc-build/hotpath-qdisc" --duration 0.05 --repeat 1 --senders 1,3 --swap-ms 5 \
   >/dev/null || fail "copied qdisc"
+"$tmp/ex-act_skbedit-build/hotpath-act-skbedit" --ms 20 --repeat 1 >/dev/null ||
+  fail "copied act_skbedit"
 "$tmp/ex-defrag-build/hotpath-defrag" tests/data/defrag/kernel-seed1.pcap -w "$tmp/defrag.pcap" \
   >/dev/null || fail "copied defrag"
 step "examples built from copies against the installed prefix"

@@ -23,8 +23,6 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -189,9 +187,7 @@ std::uint64_t next_random(std::uint64_t& s) noexcept {
 }
 
 double thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(thread_cpu_time().count());
 }
 
 // Nanoseconds this thread has spent runnable but waiting for a cpu (the second
@@ -260,7 +256,7 @@ template <class Map>
 void mix(benchmark::State& state) {
   const auto threads = static_cast<unsigned>(state.range(0));
   const auto window = std::chrono::milliseconds(state.range(1));
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<unsigned> cpus = allowed_cpus();
   const bool pin = threads <= cpus.size();
   constexpr int chunk = 512;
   for (auto _ : state) {
@@ -358,7 +354,7 @@ void mix(benchmark::State& state) {
 }
 
 void mix_args(benchmark::internal::Benchmark* b) {
-  thread_window_args(b, {1, 2, 8}, 500);
+  windowed(b, {1, 2, 8}, 500);
 }
 
 BENCHMARK(mix<hotpath_map>)->Name("bucket_table/mix/hotpath")->Apply(mix_args);

@@ -19,7 +19,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -35,12 +34,6 @@
 
 namespace hotpath::bench {
 namespace {
-
-std::chrono::nanoseconds thread_cpu_time() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
 
 // With several threads, thread i runs on cpu i (mod the cpus we may use), so that
 // two threads are never time-sliced on one cpu while the other idles.
@@ -220,7 +213,7 @@ void concurrent(benchmark::State& state) {
   const auto threads = static_cast<int>(state.range(0));
   const auto window = std::chrono::milliseconds(state.range(1));
   constexpr int chunk = 4096;
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<unsigned> cpus = allowed_cpus();
   for (auto _ : state) {
     auto body = std::make_unique<Body>();
     struct alignas(cache_line_size) side {

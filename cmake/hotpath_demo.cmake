@@ -8,6 +8,9 @@ endif()
 if(TARGET hotpath-qdisc)
   list(APPEND hotpath_demo_commands COMMAND $<TARGET_FILE:hotpath-qdisc>)
 endif()
+if(TARGET hotpath-act-skbedit)
+  list(APPEND hotpath_demo_commands COMMAND $<TARGET_FILE:hotpath-act-skbedit>)
+endif()
 if(TARGET hotpath-defrag)
   # The defragmenter on the kernel-judged capture (output beside the build), then a
   # short flood: 10 bogus fragments per legit one, the default 4 MiB budget.
@@ -24,5 +27,5 @@ endif()
 # Nothing to run when the examples and benchmarks are off (the vcpkg and Conan builds).
 if(hotpath_demo_commands)
   add_custom_target(demo ${hotpath_demo_commands} USES_TERMINAL VERBATIM
-                    COMMENT "hotpath demo: locks against std::mutex and test-and-set, the qdisc experiment, the defragmenter")
+                    COMMENT "hotpath demo: locks against std::mutex and test-and-set, the qdisc and act_skbedit experiments, the defragmenter")
 endif()

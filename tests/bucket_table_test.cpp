@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/stress.hpp"
+
 // Allocations made by this thread: a lookup of an absent key must make none.
 namespace {
 thread_local std::uint64_t allocations = 0;
@@ -336,7 +338,8 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
           --v.inside;
           return v.visits;
         };
-        for (int i = 0; i < 400000; ++i) {
+        const int ops = stress_scaled(400000);
+        for (int i = 0; i < ops; ++i) {
           if (i % 256 == 0 && i > 0 && std::chrono::steady_clock::now() > deadline) break;
           const flow_key k = key_of(static_cast<std::uint32_t>(rng() % keys));
           // Relaxed: only a source of roughly increasing times.
@@ -361,7 +364,7 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
     // The time budget starts once every thread runs.
     while (ready.load(std::memory_order_relaxed) < threads)
       std::this_thread::yield();
-    deadline = std::chrono::steady_clock::now() + 1500ms;
+    deadline = std::chrono::steady_clock::now() + stress_scaled(1500ms);
     go.store(true, std::memory_order_release);
     for (auto& th : pool)
       th.join();

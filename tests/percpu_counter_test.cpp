@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/cpus.hpp"
+#include "support/stress.hpp"
 
 extern char** environ;
 
@@ -116,7 +117,8 @@ void exact_under_migration(const stress_config& cfg) {
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire))
         std::this_thread::yield();
-      const std::uint64_t limit = t % 3 == 0 ? cfg.iters / 16 : cfg.iters;
+      const std::uint64_t iters = stress_scaled(cfg.iters);
+      const std::uint64_t limit = t % 3 == 0 ? iters / 16 : iters;
       std::int64_t sum = 0, p = 0, b = 0, d = 0;
       for (std::uint64_t i = 0; i < limit; ++i) {
         // Every thread does some work, even one first scheduled after the deadline.
@@ -152,7 +154,7 @@ void exact_under_migration(const stress_config& cfg) {
     handles.push_back(th.native_handle());
   affinity_flipper flipper(handles);
   flipper.wait_first_round();
-  deadline = std::chrono::steady_clock::now() + cfg.budget;
+  deadline = std::chrono::steady_clock::now() + stress_scaled(cfg.budget);
   go.store(true, std::memory_order_release);
   // The early third exit while the rest run on: join nobody until all are done,
   // so the flipper never touches a reused thread handle.
@@ -359,7 +361,7 @@ TEST(PercpuCounter, PortableFolderHoldsOnlyItsOwnDelta) {
   // 1.5 s from when every adder runs, and at least the checks counted below.
   while (running.load(std::memory_order_relaxed) < threads)
     std::this_thread::yield();
-  const auto deadline = std::chrono::steady_clock::now() + 1500ms;
+  const auto deadline = std::chrono::steady_clock::now() + stress_scaled(1500ms);
   while (checks <= 100 || std::chrono::steady_clock::now() < deadline) {
     std::int64_t lo = 0;
     for (unsigned t = 0; t < threads; ++t) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/cpus.hpp"
+#include "support/stress.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -100,7 +101,7 @@ TEST(PerCpu, LocalIsThePinnedCpusSlot) {
 TEST(PerCpu, AtomicSlotsBalanceUnderConcurrency) {
   percpu<std::atomic<std::int64_t>> p;
   constexpr int threads = 6;
-  constexpr int iters = 20000;
+  const int iters = stress_scaled(20000);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {

@@ -96,7 +96,7 @@ TEST(RcuCell, StressReadersAndUpdaters) {
   rcu_barrier();
   const long start_balance = balance();
   constexpr unsigned readers = 4, writers = 2;
-  constexpr long updates_per_writer = 300000;
+  const long updates_per_writer = stress_scaled(300000L);
   std::atomic<long> violations{0}, reads{0}, updates{0};
   std::atomic<bool> writers_done{false};
   {

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/stress.hpp"
+
 namespace hotpath::test {
 namespace {
 
@@ -197,7 +199,8 @@ TEST(Rcu, BarrierAfterManyRetiresFromManyThreads) {
     }
   };
   tracked::destroyed = 0;
-  constexpr int threads = 8, per_thread = 2000;
+  constexpr int threads = 8;
+  const int per_thread = stress_scaled(2000);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {

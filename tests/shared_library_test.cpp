@@ -34,7 +34,7 @@ const api& lib(int i) {
 // reported after 60 s of running rather than waited out.
 TEST(SharedLibraries, OneQueuedLockAcrossHiddenLibraries) {
   constexpr unsigned threads = 6;
-  constexpr int iters = 100000;
+  const int iters = stress_scaled(100000);
   queued_lock lock;
   std::uint64_t counter = 0;
   int inside = 0;

@@ -3,18 +3,16 @@
 // (benchmarks/peers/), and the baselines they are compared with in the same run:
 // std::mutex and a plain test-and-set spinlock. Also the machinery every windowed
 // benchmark uses: run_window() (threads of our own for a fixed wall-clock window,
-// with throughput, fairness and CPU-time counters) and latency_histogram.
+// with throughput, fairness and CPU-time counters); latency_histogram and the clocks
+// are support/measure.hpp's.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <cstdint>
-#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,74 +47,6 @@ inline void fail(benchmark::State& state, const char* why) {
   state.SkipWithError(why);
 }
 
-inline double thread_cpu_seconds() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-inline std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
-// Log-linear histogram of nanosecond values: exact below 32, then 16 buckets per
-// power of two (within 6.25%), any number of samples in 8 KiB, merged after the run.
-class alignas(cache_line_size) latency_histogram {
- public:
-  void record(std::uint64_t ns) noexcept {
-    ++buckets_[index(ns)];
-    ++count_;
-  }
-  void merge(const latency_histogram& o) noexcept {
-    for (std::size_t i = 0; i < buckets_.size(); ++i)
-      buckets_[i] += o.buckets_[i];
-    count_ += o.count_;
-  }
-  std::uint64_t count() const noexcept { return count_; }
-  // The smallest bucket value at or below which a fraction p of the samples lie.
-  double percentile(double p) const noexcept {
-    if (count_ == 0) return 0;
-    const auto rank = static_cast<std::uint64_t>(p * static_cast<double>(count_ - 1)) + 1;
-    std::uint64_t seen = 0;
-    for (std::size_t i = 0; i < buckets_.size(); ++i) {
-      seen += buckets_[i];
-      if (seen >= rank) return value(i);
-    }
-    return value(buckets_.size() - 1);
-  }
-  // p50 ... p99.99 and the maximum as Google Benchmark counters, in ns.
-  void report(benchmark::State& state) const {
-    state.counters["p50_ns"] = percentile(0.50);
-    state.counters["p90_ns"] = percentile(0.90);
-    state.counters["p99_ns"] = percentile(0.99);
-    state.counters["p99.9_ns"] = percentile(0.999);
-    state.counters["p99.99_ns"] = percentile(0.9999);
-    state.counters["max_ns"] = percentile(1.0);
-    state.counters["samples"] = static_cast<double>(count_);
-  }
-
- private:
-  static constexpr unsigned sub_bits = 4;
-  static std::size_t index(std::uint64_t v) noexcept {
-    if (v < (2u << sub_bits)) return static_cast<std::size_t>(v);
-    const unsigned e = static_cast<unsigned>(std::bit_width(v)) - 1;  // >= sub_bits + 1
-    const std::uint64_t mantissa = (v >> (e - sub_bits)) & ((1u << sub_bits) - 1);
-    return ((e - sub_bits + 1) << sub_bits) + static_cast<std::size_t>(mantissa);
-  }
-  // The middle of bucket i.
-  static double value(std::size_t i) noexcept {
-    if (i < (2u << sub_bits)) return static_cast<double>(i);
-    const unsigned e = static_cast<unsigned>(i >> sub_bits) + sub_bits - 1;
-    const std::uint64_t mantissa = i & ((1u << sub_bits) - 1);
-    const double low = static_cast<double>(((1ull << sub_bits) + mantissa) << (e - sub_bits));
-    return low + static_cast<double>(1ull << (e - sub_bits)) / 2;
-  }
-  std::array<std::uint64_t, (64 - sub_bits + 1) << sub_bits> buckets_{};
-  std::uint64_t count_ = 0;
-};
-
 // Runs `threads` threads of our own for a fixed window of wall time, rather than
 // Google Benchmark's, which give every thread the same iteration count: with more
 // threads than cores that hides starvation and lets one descheduled spinner stretch
@@ -150,18 +80,17 @@ std::uint64_t run_window(benchmark::State& state, unsigned threads,
   }
   const double secs = run_window(pool, ready, threads, stop, window);  // support/measure.hpp
   state.SetIterationTime(secs);
-  double total = 0, sq = 0, lo = 1e300, hi = 0, cpu_secs = 0;
+  double total = 0, lo = 1e300, hi = 0, cpu_secs = 0;
   for (unsigned t = 0; t < threads; ++t) {
     const auto d = static_cast<double>(ops[t]);
     total += d;
-    sq += d * d;
     lo = std::min(lo, d);
     hi = std::max(hi, d);
     cpu_secs += cpu[t];
   }
   state.counters["ops/s"] = total / secs;
   state.counters["min/max"] = hi > 0 ? lo / hi : 0;
-  state.counters["jain"] = sq > 0 ? total * total / (threads * sq) : 0;
+  state.counters["jain"] = jain_index(ops);
   state.counters["fair_ops/s"] = threads * lo / secs;
   state.counters["cpu_ns/op"] = total > 0 ? cpu_secs * 1e9 / total : 0;
   std::uint64_t sum = 0;
@@ -232,15 +161,6 @@ struct lock_bench_options {
   int window_ms = 300;
   bool latency = false;  // also register latency/<name>
 };
-
-// Thread counts and window of a windowed benchmark: args {threads, ms}.
-inline benchmark::internal::Benchmark* windowed(benchmark::internal::Benchmark* b,
-                                                const std::vector<int>& threads, int window_ms) {
-  b->ArgNames({"threads", "ms"});
-  for (int t : threads)
-    b->Args({t, window_ms});
-  return b->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
-}
 
 template <class Lock>
 int register_lock(const std::string& name, const lock_bench_options& o = {}) {

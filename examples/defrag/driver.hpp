@@ -17,8 +17,6 @@
 // differ from run to run, so only the multiset of datagrams is reproducible.
 #pragma once
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/measure.hpp"
 #include "engine.hpp"
 #include "pcap_io.hpp"
 
@@ -138,9 +137,7 @@ namespace detail {
 inline constexpr std::size_t done = std::numeric_limits<std::size_t>::max();
 
 inline std::int64_t thread_cpu_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+  return hotpath::measure::thread_cpu_time().count();
 }
 inline constexpr std::int64_t tick_ns = 1'000'000;       // expiry runs at most once a tick
 inline constexpr std::int64_t sweep_ns = 1'000'000'000;  // every bucket once a second
@@ -279,11 +276,6 @@ inline std::int64_t cpu_sum(const std::vector<worker_slot>& slots) {
   return t;
 }
 
-inline double median(std::vector<std::int64_t> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return static_cast<double>(v[v.size() / 2]);
-}
-
 // Expires whatever is left once the capture has ended (as the host's timers would).
 inline std::int64_t expire_all(engine& eng, const pcap_io::capture& cap) {
   const config& c = eng.initial_config();
@@ -340,8 +332,8 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   }
   std::int64_t frags = res.first[counter::fragments_in];
   if (!timed.empty() && frags > 0) {
-    res.ns_per_fragment = detail::median(timed) / static_cast<double>(frags);
-    res.cpu_ns_per_fragment = detail::median(timed_cpu) / static_cast<double>(frags);
+    res.ns_per_fragment = hotpath::measure::median(timed) / static_cast<double>(frags);
+    res.cpu_ns_per_fragment = hotpath::measure::median(timed_cpu) / static_cast<double>(frags);
   }
   return res;
 }

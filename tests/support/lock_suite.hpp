@@ -58,13 +58,13 @@ TYPED_TEST_P(lockable_suite, NestingSeveralLocks) {
   constexpr int kLocks = 6;
   TypeParam locks[kLocks];
   std::uint64_t counts[kLocks] = {};
-  constexpr int kIters = 2000;
+  const int iters = stress_scaled(2000);
   start_gate gate(3, std::chrono::seconds(2));
   std::atomic<std::uint64_t> done{0};
   auto worker = [&](bool reverse_release) {
     gate.arrive_and_wait();
     int i = 0;
-    for (; i < kIters && (i == 0 || !gate.expired()); ++i) {
+    for (; i < iters && (i == 0 || !gate.expired()); ++i) {
       for (int k = 0; k < kLocks; ++k)
         locks[k].lock();  // one global order: no deadlock
       for (int k = 0; k < kLocks; ++k)
@@ -121,11 +121,11 @@ TYPED_TEST_P(lockable_suite, ConditionVariableAnyHandoff) {
   int turn = 0;  // even: ping's turn, odd: pong's
   bool stop = false;
   int moves[2] = {0, 0};
-  constexpr int kRounds = 2000;
+  const int rounds = stress_scaled(2000);
   start_gate gate(2, std::chrono::seconds(5));
   auto player = [&](int parity) {
     gate.arrive_and_wait();
-    for (int i = 0; i < kRounds; ++i) {
+    for (int i = 0; i < rounds; ++i) {
       std::unique_lock g(lock);
       cv.wait(g, [&] { return stop || turn % 2 == parity; });
       if (stop) break;
@@ -146,7 +146,7 @@ TYPED_TEST_P(lockable_suite, ConditionVariableAnyHandoff) {
   EXPECT_EQ(turn, moves[0] + moves[1]);
   EXPECT_EQ(moves[0] - moves[1], turn % 2);  // strictly alternating
   if (!stop) {
-    EXPECT_EQ(turn, 2 * kRounds);
+    EXPECT_EQ(turn, 2 * rounds);
   }
 }
 

@@ -366,15 +366,23 @@ thread_state* pick(thread_state& me) {
   }
 }
 
-void switch_to(thread_state& me, thread_state* next) {
-  if (next == &me) return;
-  world& w = the();
-  w.current = next;
+// Makes `next` the running thread. With fibers, returns when `me` runs again (never,
+// for a finished `me`); with threads, at once: the caller waits on me.go if it must.
+void hand_over(thread_state& me, thread_state* next) {
+  the().current = next;
 #if HOTPATH_SCHEDULE_FIBERS
   tls_self = next;
   fiber_switch(me.ctx, next->ctx);
 #else
+  (void)me;
   next->go.release();
+#endif
+}
+
+void switch_to(thread_state& me, thread_state* next) {
+  if (next == &me) return;
+  hand_over(me, next);
+#if !HOTPATH_SCHEDULE_FIBERS
   me.go.acquire();
 #endif
 }
@@ -427,13 +435,7 @@ void finish(thread_state& me) {
     return;
 #endif
   }
-  w.current = next;
-#if HOTPATH_SCHEDULE_FIBERS
-  tls_self = next;
-  fiber_switch(me.ctx, next->ctx);
-#else
-  next->go.release();
-#endif
+  hand_over(me, next);
 }
 
 #if HOTPATH_SCHEDULE_FIBERS

@@ -1,24 +1,68 @@
 // SPDX-License-Identifier: MIT
 // Stress and measurement harness shared by the tests: bounded by iterations and by
 // time, and checking invariants inside the critical section.
+//
+// One knob sets how long every stress test runs: HOTPATH_STRESS_FACTOR (default 1)
+// multiplies each start_gate budget, stress_lock's iterations and whatever a test
+// passes through stress_scaled(). `ctest --preset stress` runs the suite with 10.
 #pragma once
 
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/measure.hpp"
+
 namespace hotpath::test {
+
+using measure::process_cpu_time;
+
+// HOTPATH_STRESS_FACTOR, read once: a positive number, 1 when unset; anything else
+// is reported and taken as 1.
+inline double stress_factor() {
+  static const double factor = [] {
+    const char* env = std::getenv("HOTPATH_STRESS_FACTOR");
+    if (env == nullptr || *env == '\0') return 1.0;
+    char* end = nullptr;
+    const double f = std::strtod(env, &end);
+    if (*end != '\0' || !std::isfinite(f) || f <= 0 || f > 1e6) {
+      std::fprintf(stderr, "HOTPATH_STRESS_FACTOR='%s' is not a positive number; using 1\n", env);
+      return 1.0;
+    }
+    return f;
+  }();
+  return factor;
+}
+
+// A stress test's iteration count or time budget, scaled by the factor (at least 1
+// iteration; counts saturate rather than overflow).
+template <class Int>
+requires std::is_integral_v<Int> Int stress_scaled(Int n) {
+  const double v = std::ceil(static_cast<double>(n) * stress_factor());
+  if (v >= static_cast<double>(std::numeric_limits<Int>::max()))
+    return std::numeric_limits<Int>::max();
+  return std::max<Int>(static_cast<Int>(v), n > 0 ? 1 : n);
+}
+template <class Rep, class Period>
+std::chrono::duration<Rep, Period> stress_scaled(std::chrono::duration<Rep, Period> d) {
+  return std::chrono::duration<Rep, Period>(stress_scaled(d.count()));
+}
 
 // A deadline that starts only once every thread of a test is running, so that a
 // loaded machine (threads slow to be scheduled) cannot use up the budget before any
@@ -26,8 +70,9 @@ namespace hotpath::test {
 // to arrive starts the clock and lets everybody go.
 class start_gate {
  public:
-  start_gate(unsigned threads, std::chrono::steady_clock::duration budget) noexcept
-      : threads_(threads), budget_(budget) {}
+  // `budget` is scaled by HOTPATH_STRESS_FACTOR.
+  start_gate(unsigned threads, std::chrono::steady_clock::duration budget)
+      : threads_(threads), budget_(stress_scaled(budget)) {}
   start_gate(const start_gate&) = delete;
   start_gate& operator=(const start_gate&) = delete;
 
@@ -61,9 +106,11 @@ struct stress_result {
 // `threads` threads each run up to `iters` critical sections, stopping early once
 // `budget` has passed since all of them were running (checked outside the lock), so
 // oversubscribed pure-spin runs stay bounded. The counts must still balance exactly.
+// Both `iters` and `budget` are scaled by HOTPATH_STRESS_FACTOR.
 template <class Lock>
 stress_result stress_lock(Lock& lock, unsigned threads, std::uint64_t iters,
                           std::chrono::milliseconds budget) {
+  iters = stress_scaled(iters);
   std::uint64_t counter = 0;
   int inside = 0;
   std::atomic<std::uint64_t> violations{0};
