@@ -299,12 +299,14 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
                     },
                 .on_evict = [&](auto&) { evicted.fetch_add(1, std::memory_order_relaxed); }});
     std::atomic<bool> go{false};
+    std::atomic<unsigned> ready{0};
     std::atomic<std::int64_t> clock{0};
-    std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point deadline;  // set before `go`, read after it
     std::vector<std::thread> pool;
     for (unsigned th = 0; th < threads; ++th) {
       pool.emplace_back([&, th] {
         std::mt19937 rng(th);
+        ready.fetch_add(1, std::memory_order_relaxed);
         while (!go.load(std::memory_order_acquire))
           std::this_thread::yield();
         auto visitor = [&](table::entry& e) {
@@ -344,6 +346,9 @@ TEST(BucketTable, ConcurrentVisitsBalanceLifetimesAndCharges) {
         }
       });
     }
+    // The time budget starts once every thread runs.
+    while (ready.load(std::memory_order_relaxed) < threads)
+      std::this_thread::yield();
     deadline = std::chrono::steady_clock::now() + stress_scaled(1500ms);
     go.store(true, std::memory_order_release);
     for (auto& th : pool)

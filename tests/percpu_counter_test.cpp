@@ -49,11 +49,17 @@ class affinity_flipper {
     if (th_.joinable()) th_.join();
     return flips_;
   }
+  // Until the first round of moves is done: a test starts its threads' work after
+  // it, so that they are moved at least once however late this thread first runs.
+  void wait_first_round() const {
+    while (!first_round_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+  }
 
  private:
   void run() {
     std::size_t k = 0;
-    while (!stop_.load(std::memory_order_relaxed)) {
+    while (!stop_.load(std::memory_order_relaxed) || k == 0) {
       for (std::size_t t = 0; t < threads_.size(); ++t) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -65,7 +71,7 @@ class affinity_flipper {
         }
         if (pthread_setaffinity_np(threads_[t], sizeof set, &set) == 0) ++flips_;
       }
-      ++k;
+      if (k++ == 0) first_round_.store(true, std::memory_order_release);
       std::this_thread::sleep_for(300us);
     }
   }
@@ -73,6 +79,7 @@ class affinity_flipper {
   std::vector<pthread_t> threads_;
   std::vector<unsigned> cpus_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> first_round_{false};
   std::uint64_t flips_ = 0;
   std::thread th_;
 };
@@ -146,6 +153,7 @@ void exact_under_migration(const stress_config& cfg) {
   for (auto& th : pool)
     handles.push_back(th.native_handle());
   affinity_flipper flipper(handles);
+  flipper.wait_first_round();
   deadline = std::chrono::steady_clock::now() + stress_scaled(cfg.budget);
   go.store(true, std::memory_order_release);
   // The early third exit while the rest run on: join nobody until all are done,
@@ -334,10 +342,12 @@ TEST(PercpuCounter, PortableFolderHoldsOnlyItsOwnDelta) {
   };
   std::vector<progress> p(threads);
   std::atomic<bool> stop{false};
+  std::atomic<unsigned> running{0};
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       set_rseq_fast_path(false);
+      running.fetch_add(1, std::memory_order_relaxed);
       for (std::int64_t i = 1; !stop.load(std::memory_order_relaxed) && i < 20'000'000; ++i) {
         p[t].started.store(i, std::memory_order_seq_cst);
         c.add(v);
@@ -348,8 +358,11 @@ TEST(PercpuCounter, PortableFolderHoldsOnlyItsOwnDelta) {
   }
   std::vector<std::int64_t> d1(threads);
   std::uint64_t checks = 0;
+  // 1.5 s from when every adder runs, and at least the checks counted below.
+  while (running.load(std::memory_order_relaxed) < threads)
+    std::this_thread::yield();
   const auto deadline = std::chrono::steady_clock::now() + stress_scaled(1500ms);
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (checks <= 100 || std::chrono::steady_clock::now() < deadline) {
     std::int64_t lo = 0;
     for (unsigned t = 0; t < threads; ++t) {
       d1[t] = p[t].done.load(std::memory_order_seq_cst);

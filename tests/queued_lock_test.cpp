@@ -321,58 +321,123 @@ TEST(QueuedLock, MoreThreadsThanSlots) {
   r.set_limit(old_limit);
 }
 
-// Bounded wait: two threads re-take the lock back to back (each unlock is followed at
-// once by a steal attempt) until the queued threads are through. Without the head's
-// handoff they could starve until the deadline; they must get in while the
-// hammering goes on.
-template <class Lock>
-void queued_threads_get_through() {
-  Lock lock;
-  std::atomic<bool> done{false};
-  std::atomic<unsigned> through{0};
-  std::uint64_t counter = 0;
-  // Two hammers, four waiters and this thread; the clock starts once all run.
-  start_gate gate(7, std::chrono::seconds(20));
-  auto hammer = [&] {
-    gate.arrive_and_wait();
-    while (!done.load(std::memory_order_relaxed) && !gate.expired()) {
-      for (int i = 0; i < 1000; ++i) {
-        lock.lock();
-        ++counter;
-        lock.unlock();
+// Bounded wait, counted in critical sections rather than time (header, "Fairness"):
+// once a waiter has asked for the handoff, at most the section in progress and one
+// more begin before its own. Every section counts itself in `sections`; an
+// instrumented atomic notes the count when a thread's RMW on the watched lock word
+// sets `handoff`, and that thread, once in, checks how many sections passed it.
+// Word-wide paths only (byte_ops needs the plain std::atomic); the byte path sends
+// every unlock() that sees `handoff` to the same unlock_slow().
+namespace bound {
+inline std::atomic<const void*> watched{nullptr};
+inline std::atomic<std::uint64_t> sections{0};
+inline thread_local bool asked = false;
+inline thread_local std::uint64_t at_ask = 0;
+
+template <class T>
+struct noting_atomic : std::atomic<T> {
+  using base = std::atomic<T>;
+  using base::base;
+
+  void note(T old, T nv) noexcept {
+    if constexpr (std::is_same_v<T, std::uint32_t>) {
+      constexpr T h = basic_queued_lock<>::handoff;
+      if (this == watched.load(std::memory_order_relaxed) && !(old & h) && (nv & h)) {
+        asked = true;
+        // The section in progress may count itself before or after this load.
+        at_ask = sections.load(std::memory_order_seq_cst);
       }
     }
+  }
+  T fetch_or(T v, std::memory_order o) noexcept {
+    const T old = base::fetch_or(v, o);
+    note(old, old | v);
+    return old;
+  }
+  bool compare_exchange_weak(T& expected, T desired, std::memory_order s,
+                             std::memory_order f) noexcept {
+    return compare_exchange_strong(expected, desired, s, f);
+  }
+  bool compare_exchange_strong(T& expected, T desired, std::memory_order s,
+                               std::memory_order f) noexcept {
+    const T old = expected;
+    const bool ok = base::compare_exchange_strong(expected, desired, s, f);
+    if (ok) note(old, desired);
+    return ok;
+  }
+};
+}  // namespace bound
+
+// Two hammers re-take the lock back to back (each unlock followed at once by a steal
+// attempt) and hold it a while, so that a waiter spins out its budget; four waiters
+// come and go as newcomers until some waiter has asked for the handoff a few times
+// (most rounds get in sooner), within a cap. Without the handoff the hammers pass an
+// asking waiter without bound.
+template <class Wait>
+void waiters_bounded(unsigned rounds_per_waiter) {
+  using lock_type = basic_queued_lock<basic_policy<Wait, bound::noting_atomic>>;
+  static_assert(sizeof(lock_type) == 4);  // the lock is its word
+  lock_type lock;
+  bound::watched.store(&lock, std::memory_order_relaxed);
+  std::atomic<bool> done{false};
+  std::atomic<unsigned> through{0}, running{0};
+  std::atomic<std::uint64_t> asks{0}, worst{0};
+  auto section = [] { bound::sections.fetch_add(1, std::memory_order_seq_cst); };
+  auto hammer = [&] {
+    running.fetch_add(1);
+    do {
+      lock.lock();
+      section();
+      for (int k = 0; k < 100; ++k)
+        detail::cpu_relax();
+      lock.unlock();
+    } while (!done.load(std::memory_order_relaxed));
   };
   std::thread h1(hammer), h2(hammer);
+  while (running.load() < 2)
+    std::this_thread::yield();
   std::vector<std::thread> waiters;
   for (int i = 0; i < 4; ++i) {
     waiters.emplace_back([&] {
-      gate.arrive_and_wait();
-      for (int k = 0; k < 20; ++k) {
+      for (unsigned k = 0; k < rounds_per_waiter || (asks.load() < 8 && k < 50 * rounds_per_waiter);
+           ++k) {
+        bound::asked = false;
         lock.lock();
-        ++counter;
+        if (bound::asked) {
+          const std::uint64_t passed =
+              bound::sections.load(std::memory_order_seq_cst) - bound::at_ask;
+          asks.fetch_add(1);
+          std::uint64_t w = worst.load();
+          while (passed > w && !worst.compare_exchange_weak(w, passed)) {
+          }
+        }
+        section();
         lock.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(200));  // re-enter as a newcomer
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // re-enter as a newcomer
       }
       through.fetch_add(1);
     });
   }
-  gate.arrive_and_wait();
   for (auto& w : waiters)
     w.join();
-  const bool in_time = !gate.expired();
   done = true;
   h1.join();
   h2.join();
+  bound::watched.store(nullptr, std::memory_order_relaxed);
   EXPECT_EQ(through.load(), 4u);
-  EXPECT_TRUE(in_time) << "queued threads starved while others re-took the lock";
+  EXPECT_GT(asks.load(), 0u) << "no waiter reached its bound: the test saw no handoff";
+  EXPECT_LE(worst.load(), 2u) << "a waiter that asked for the handoff was passed by "
+                              << worst.load() << " sections";
 }
 
 TEST(QueuedLock, QueuedThreadsAreNotStarvedByStealers) {
-  queued_threads_get_through<queued_lock>();
+  waiters_bounded<spin_then_park<>>(20);
+}
+TEST(QueuedLock, QueuedThreadsAreNotStarvedParkingAtOnce) {
+  waiters_bounded<spin_then_park<0, 0>>(20);
 }
 TEST(QueuedLock, QueuedThreadsAreNotStarvedYieldPolicy) {
-  queued_threads_get_through<basic_queued_lock<yield_policy>>();
+  waiters_bounded<spin_then_yield<>>(20);
 }
 
 TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {

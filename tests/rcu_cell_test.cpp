@@ -108,13 +108,13 @@ TEST(RcuCell, StressReadersAndUpdaters) {
       pool.emplace_back([&] {
         gate.arrive_and_wait();
         long n = 0, last = 0;
-        while (!writers_done.load(std::memory_order_relaxed)) {
+        do {  // at least one read, however late this reader first runs
           auto g = cell.read();
           if (g->a != -g->b || g->a < last || g->tag != "params")
             violations.fetch_add(1, std::memory_order_relaxed);
           last = g->a;  // values only grow: no stale object after a newer one
           ++n;
-        }
+        } while (!writers_done.load(std::memory_order_relaxed));
         reads.fetch_add(n, std::memory_order_relaxed);
       });
     }

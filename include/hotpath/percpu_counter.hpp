@@ -119,7 +119,8 @@ class percpu_counter {
     const auto d = static_cast<std::int64_t>(static_cast<std::make_signed_t<T>>(v));
 #if HOTPATH_RSEQ
     if constexpr (rseq_path) {
-      const std::int64_t lm1 = batch_.load(std::memory_order_relaxed) - 1;
+      // Acquire pairs with set_batch()'s release: see max_batch_ there.
+      const std::int64_t lm1 = batch_.load(std::memory_order_acquire) - 1;
       switch (detail::rseq_add_below<stride>(&slots_.data()->fast, n(), d, lm1,
                                              2 * static_cast<std::uint64_t>(lm1))) {
         case detail::rseq_status::done:
@@ -158,6 +159,11 @@ class percpu_counter {
 
   // Sign of (value - rhs), as the kernel's __percpu_counter_compare: from read()
   // when it is further than error_bound() from rhs, else from the exact sum().
+  // Relaxed loads suffice on any cpu: the answer is exact for every add that happens
+  // before the call (coherence: such an add's writes, and set_batch()'s raise of the
+  // bound before it, are visible to loads that happen after), and an add without
+  // that order is in progress to this caller, which error_bound() does not cover,
+  // as in the kernel.
   int compare(T rhs) const noexcept {
     const T approx = read();
     if (detail::distance(approx, rhs) > static_cast<std::uint64_t>(error_bound()))
@@ -177,11 +183,21 @@ class percpu_counter {
   void set_batch(std::int64_t b) noexcept {
     HOTPATH_ASSERT(b >= 1, "percpu_counter: batch must be at least 1");
     // Raise the bound first: a word may fill up to b - 1 as soon as b is visible.
+    // That order must hold for other threads too, and with relaxed accesses it need
+    // not: on a weakly ordered cpu (ARM, POWER) the two stores may become visible in
+    // either order, so a thread could add under the new batch while a thread that
+    // later sees that add (joins the adder, say) still reads the old max_batch_, and
+    // error_bound() and compare() would trust a bound the words exceed. The release
+    // store below and the adds' acquire loads of batch_ make the raise happen before
+    // every add that uses b, hence before whatever happens after such an add. (Free
+    // on x86, where every load acquires and every store releases.) A reader with no
+    // happens-before to an add may see its word without the raise; to it that add is
+    // still in progress, which the bound allows for (header comment).
     std::int64_t m = max_batch_.load(std::memory_order_relaxed);
     while (m < b && !max_batch_.compare_exchange_weak(m, b, std::memory_order_relaxed,
                                                       std::memory_order_relaxed)) {
     }
-    batch_.store(b, std::memory_order_relaxed);
+    batch_.store(b, std::memory_order_release);
   }
 
   // The most read() can differ from the exact value while no add() is in progress,
@@ -245,7 +261,8 @@ class percpu_counter {
   // the word it replaced (|w| < batch) plus its own d, as the kernel's does.
   void add_portable(std::int64_t d) noexcept {
     atomic<std::int64_t>& w = slots_[slots_.index(cpu())].slow;
-    const std::int64_t batch = batch_.load(std::memory_order_relaxed);
+    // Acquire pairs with set_batch()'s release: see max_batch_ there.
+    const std::int64_t batch = batch_.load(std::memory_order_acquire);
     // Relaxed throughout: the word is only a statistic; sum() after a join sees it
     // through the join's happens-before.
 #if defined(HOTPATH_MUTANT_PERCPU_FOLD_LOAD_STORE)

@@ -7,6 +7,10 @@
 // passes through stress_scaled(). `ctest --preset stress` runs the suite with 10.
 #pragma once
 
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,6 +18,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <limits>
 #include <thread>
 #include <type_traits>
@@ -139,27 +145,77 @@ stress_result stress_lock(Lock& lock, unsigned threads, std::uint64_t iters,
   return r;
 }
 
-// Holds `lock` for `hold` while `waiters` threads block in lock(); returns the
-// process CPU time spent during the hold (after `settle`, which lets waiters
-// finish spinning their budget). The holder itself sleeps.
+// CPU time consumed so far by the threads with these clocks (pthread_getcpuclockid).
+inline std::chrono::nanoseconds threads_cpu_time(const std::vector<clockid_t>& clocks) {
+  std::chrono::nanoseconds sum{0};
+  for (const clockid_t c : clocks) {
+    timespec ts{};
+    clock_gettime(c, &ts);
+    sum += std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  }
+  return sum;
+}
+
+// True if thread `tid` of this process is asleep (state S in /proc: a futex wait,
+// not a spin or a sched_yield, which show R).
+inline bool thread_sleeps(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[512];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the name may hold spaces and parens
+  return paren != nullptr && paren[1] == ' ' && paren[2] == 'S';
+}
+
+// Holds `lock` for `hold` while `waiters` threads block in lock(); returns the CPU
+// time the waiters spent during the hold (the holder itself sleeps). The hold begins
+// once every waiter runs and then, with `until_asleep`, once every waiter sleeps (at
+// most 30 s: a lock whose waiters never park is then measured spinning), else after
+// `settle`. Counting only the waiters' own clocks keeps the rest of the process (a
+// sanitizer's background thread) out of it.
 template <class Lock>
-std::chrono::nanoseconds cpu_while_waiting(Lock& lock, unsigned waiters,
+std::chrono::nanoseconds cpu_while_waiting(Lock& lock, unsigned waiters, bool until_asleep,
                                            std::chrono::milliseconds settle,
                                            std::chrono::milliseconds hold) {
   lock.lock();
-  std::atomic<unsigned> entered{0};
+  std::atomic<unsigned> started{0}, entered{0};
+  std::vector<std::atomic<pid_t>> tids(waiters);
   std::vector<std::thread> pool;
   for (unsigned i = 0; i < waiters; ++i) {
-    pool.emplace_back([&] {
+    pool.emplace_back([&, i] {
+      tids[i].store(static_cast<pid_t>(syscall(SYS_gettid)), std::memory_order_relaxed);
+      started.fetch_add(1, std::memory_order_release);  // publishes the tid
       lock.lock();
       entered.fetch_add(1, std::memory_order_relaxed);
       lock.unlock();
     });
   }
-  std::this_thread::sleep_for(settle);
-  const auto before = process_cpu_time();
+  std::vector<clockid_t> clocks(waiters);
+  for (unsigned i = 0; i < waiters; ++i)
+    pthread_getcpuclockid(pool[i].native_handle(), &clocks[i]);
+  while (started.load(std::memory_order_acquire) < waiters)
+    std::this_thread::yield();
+  if (until_asleep) {
+    // Every waiter asleep in two looks 10 ms apart (a thread may block briefly on
+    // its way into the lock, e.g. allocating its queue node).
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (unsigned quiet = 0; quiet < 2 && std::chrono::steady_clock::now() < limit;) {
+      bool all = true;
+      for (unsigned i = 0; i < waiters && all; ++i)
+        all = thread_sleeps(tids[i].load(std::memory_order_relaxed));
+      quiet = all ? quiet + 1 : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } else {
+    std::this_thread::sleep_for(settle);
+  }
+  const auto before = threads_cpu_time(clocks);
   std::this_thread::sleep_for(hold);
-  const auto spent = process_cpu_time() - before;
+  const auto spent = threads_cpu_time(clocks) - before;
   const unsigned early = entered.load();
   lock.unlock();
   for (auto& th : pool)
@@ -168,17 +224,18 @@ std::chrono::nanoseconds cpu_while_waiting(Lock& lock, unsigned waiters,
   return early == 0 && entered.load() == waiters ? spent : std::chrono::nanoseconds::max();
 }
 
-// The parking property: while a holder sleeps 300 ms, four waiters of a parking lock
-// cost almost no CPU; the same lock with a pure-spin policy is the control that shows
-// the measurement can see waiting. On a loaded machine the spinners get less than two
-// cores, so the control is held only to a floor and to the contrast.
+// The parking property: while a holder sleeps 300 ms, four waiters of a parking lock,
+// once asleep, cost almost no CPU; the same lock with a pure-spin policy is the
+// control that shows the measurement can see waiting. On a loaded machine the
+// spinners get less than two cores, so the control is held only to a floor and to
+// the contrast.
 template <class ParkingLock, class SpinningLock>
 void expect_waiters_park() {
   using namespace std::chrono_literals;
   ParkingLock parking;
   SpinningLock spinning;
-  const auto parked = cpu_while_waiting(parking, 4, 50ms, 300ms);
-  const auto spun = cpu_while_waiting(spinning, 4, 50ms, 300ms);
+  const auto parked = cpu_while_waiting(parking, 4, true, 0ms, 300ms);
+  const auto spun = cpu_while_waiting(spinning, 4, false, 50ms, 300ms);
   EXPECT_LT(parked, 30ms) << "parked waiters used " << parked.count() << " ns of CPU";
   EXPECT_GT(spun, 20ms) << "spinning waiters used only " << spun.count() << " ns of CPU";
   EXPECT_GT(spun, 4 * parked);

@@ -48,25 +48,8 @@
 
 #include "hotpath/detail/config.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define HOTPATH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HOTPATH_ASAN 1
-#endif
-#endif
-#ifndef HOTPATH_ASAN
-#define HOTPATH_ASAN 0
-#endif
-
-#if !defined(HOTPATH_RSEQ)
-#if defined(__linux__) && defined(__x86_64__) && defined(__GLIBC__) && !HOTPATH_TSAN && \
-    !HOTPATH_ASAN
-#define HOTPATH_RSEQ 1
-#else
-#define HOTPATH_RSEQ 0
-#endif
-#endif
+// HOTPATH_RSEQ (and HOTPATH_ASAN) are decided in detail/config.hpp, which checks
+// that every translation unit of a program agrees.
 
 #if defined(__linux__) && defined(__GLIBC__)
 extern "C" {
