@@ -39,6 +39,9 @@
 
 HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
+namespace detail {
+struct lock_test_access;  // tests' view of the counters (tests/support/lock_test_access.hpp)
+}  // namespace detail
 
 template <class Policy = default_policy>
 class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
@@ -116,6 +119,8 @@ class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
       }
     }
   }
+
+  friend struct detail::lock_test_access;
 
   atomic<std::uint32_t> next_{0};
   atomic<std::uint32_t> serving_{0};
