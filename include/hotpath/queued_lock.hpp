@@ -515,18 +515,22 @@ class queued_core {
     }
   }
 
-  // 0,0,* -> 0,1,* (we own pending: pending_wait), else n,1,* -> n,0,* (withdrawn: queue)
+  // 0,0,* -> 0,1,* (we own pending: pending_wait), else queue.
+  //
+  // The claim is a CAS that succeeds only while there is no pending owner and no
+  // queue. The kernel sets the bit with a fetch-or and withdraws it if a tail had
+  // appeared; a thread preempted between the two would hold the queue head (which
+  // waits for pending to clear) for its whole time slice. The kernel runs that window
+  // with preemption off; user space cannot, so the bit is never set on a queue. On
+  // x86 the fetch-or whose result is used compiles to a CAS loop anyway: no cost.
   void lock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
-    // Pending path: only the owner is there, so claim pending and wait without a node.
-    if ((val & (pending | tail_mask)) == 0) {
-      val = word_.fetch_or(pending, std::memory_order_relaxed);
-      if ((val & (pending | tail_mask)) == 0) {
+    // Relaxed: the claim orders nothing; pending_wait()'s acquire takes the lock.
+    while ((val & (pending | tail_mask)) == 0) {
+      if (word_.compare_exchange_weak(val, val | pending, std::memory_order_relaxed,
+                                      std::memory_order_relaxed)) {
         pending_wait();
         return;
-      } else if ((val & pending) == 0) {
-        // Someone queued meanwhile; withdraw the bit we set.
-        word_.fetch_and(~pending, std::memory_order_relaxed);
       }
     }
     queue();

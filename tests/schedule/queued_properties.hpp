@@ -34,11 +34,37 @@ inline bound_book bounds;
 // sections allowed after it: the one holding the lock then, if the locked byte was
 // set (its entry may be counted just after), and for the handoff one more, begun in
 // the instant between an owner's check of `handoff` and its release store.
+//
+// It also checks that pending is never set on a word that has a queue: the head
+// waits for pending to clear, so a claimant preempted before withdrawing such a bit
+// would stall every queued thread for its time slice.
 template <class T>
 struct spy_atomic : atomic<T> {
   using atomic<T>::atomic;
+  bool compare_exchange_weak(T& e, T d, std::memory_order s, std::memory_order f) noexcept {
+    const T old = e;
+    const bool ok = atomic<T>::compare_exchange_weak(e, d, s, f);
+    if (ok) no_pending_on_a_queue(old, d);
+    return ok;
+  }
+  bool compare_exchange_strong(T& e, T d, std::memory_order s, std::memory_order f) noexcept {
+    const T old = e;
+    const bool ok = atomic<T>::compare_exchange_strong(e, d, s, f);
+    if (ok) no_pending_on_a_queue(old, d);
+    return ok;
+  }
+  void no_pending_on_a_queue(T old, T nv) noexcept {
+    if constexpr (std::is_integral_v<T>) {
+      if (static_cast<const void*>(this) == bounds.word) {
+        check(!((nv & word_bits::pending) && !(old & word_bits::pending) &&
+                (old & word_bits::tail_mask)),
+              "pending was set on a word with a queue (a preempted claimant stalls its head)");
+      }
+    }
+  }
   T fetch_or(T v, std::memory_order o) noexcept requires std::is_integral_v<T> {
     const T old = atomic<T>::fetch_or(v, o);
+    no_pending_on_a_queue(old, old | v);
     if (static_cast<const void*>(this) == bounds.word) {
       const unsigned held = (old & word_bits::locked_mask) != 0 ? 1 : 0;
       if ((v & word_bits::handoff) && !(old & word_bits::handoff)) {
