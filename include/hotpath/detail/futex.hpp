@@ -6,8 +6,9 @@
 // the waiter whose turn it is, and futex wake on an address whose object has ended is
 // harmless to the kernel, which a lock that hands over a stack-allocated node needs
 // (the sleeper may return and reuse its node before the waker's syscall runs).
-// Elsewhere, and for atomic types other than std::atomic<uint32_t> (a test's
-// instrumented atomics), C++20 atomic wait/notify is used; channels are then ignored
+// (A test's instrumented atomic derived from std::atomic<uint32_t> takes the same
+// path, so tests sleep as users do.) Elsewhere, and for other atomic types (the
+// deterministic scheduler's), C++20 atomic wait/notify is used; channels are then ignored
 // and every wake is a notify_all, which is correct because every wait is in a loop.
 #pragma once
 
@@ -46,7 +47,7 @@ inline void futex_wake_all_raw(const void* addr) noexcept {
 template <class A>
 inline constexpr bool raw_futex_ok =
 #if defined(__linux__)
-    std::is_same_v<A, std::atomic<std::uint32_t>> &&
+    std::is_base_of_v<std::atomic<std::uint32_t>, A> &&
     sizeof(A) == 4 && std::atomic<std::uint32_t>::is_always_lock_free;
 #else
     false;
