@@ -18,6 +18,7 @@
 #include "support/lock_test_access.hpp"
 #include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
+#include "support/signals.hpp"
 #include "support/stress.hpp"
 #include "support/word_observer.hpp"
 
@@ -313,23 +314,8 @@ void no_ordinary_section_between(unsigned ordinary_threads) {
   // A signal that stalls the privileged thread for a while, landing at random points
   // of lock_priority() (between its publish and its CAS of a free lock, too), widens
   // the windows that the ordinary side must not use. TSan defers signals to safe
-  // points, so there it only adds noise.
-  struct sigaction sa {
-  }, old_sa{};
-  sa.sa_handler = [](int) {
-    const auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(20)) {
-    }
-  };
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR2, &sa, &old_sa);
-  std::thread delayer([&, h = prio.native_handle()] {
-    while (!stop.load(std::memory_order_relaxed) && !HOTPATH_TSAN) {
-      pthread_kill(h, SIGUSR2);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  });
+  // points, so there it sends none.
+  signal_stalls<20> stalls(SIGUSR2, prio.native_handle());
   while (running.load() < ordinary_threads)
     std::this_thread::yield();
   int rounds = 0;
@@ -351,11 +337,10 @@ void no_ordinary_section_between(unsigned ordinary_threads) {
     rounds = r;
   }
   stop = true;
-  delayer.join();
+  stalls.stop();
   prio.join();
   for (auto& t : pool)
     t.join();
-  sigaction(SIGUSR2, &old_sa, nullptr);
   EXPECT_GT(rounds, 0);
   EXPECT_GT(ordinary, 0u);
   EXPECT_EQ(violations, 0u) << "an ordinary section began between a request and its section ("

@@ -16,6 +16,7 @@
 #include "support/lock_test_access.hpp"
 #include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
+#include "support/signals.hpp"
 #include "support/stress.hpp"
 #include "support/word_observer.hpp"
 
@@ -406,25 +407,12 @@ TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {
 // Nothing may write the storage after that. A no-op-but-slow signal handler delays
 // the previous owner at random points of its unlock() to widen the window. Stress,
 // not proof: before the fix it caught the write in 5 of 6 runs at this budget.
-namespace uaf {
-inline void delay_handler(int) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(30)) {
-  }
-}
-}  // namespace uaf
 
 TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
   // ThreadSanitizer defers signals to safe points (no delays land in the window),
   // and the released owner's last flag load races, by design, with the poisoning.
   if (HOTPATH_TSAN) GTEST_SKIP() << "signal-timing stress; not meaningful under tsan";
   using lock_type = basic_queued_lock<basic_policy<spin_then_park<0, 0>>>;
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = uaf::delay_handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
   alignas(lock_type) unsigned char storage[sizeof(lock_type)];
   constexpr std::uint32_t poison = 0xffffffffu;
   lock_type* l = nullptr;
@@ -442,12 +430,8 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
       owner_step.store(2 * k, std::memory_order_release);  // its unlock() returned
     }
   });
-  std::thread delayer([&, h = owner.native_handle()] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      pthread_kill(h, SIGUSR1);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  });
+  signal_stalls<30> stalls(SIGUSR1, owner.native_handle());
+  EXPECT_TRUE(stalls.installed());
   std::uint64_t writes = 0, rounds = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (int k = 1; k < 1000000 && std::chrono::steady_clock::now() < deadline; ++k) {
@@ -467,9 +451,8 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
     ++rounds;
   }
   stop = true;
+  stalls.stop();
   owner.join();
-  delayer.join();
-  sigaction(SIGUSR1, &old, nullptr);
   EXPECT_EQ(writes, 0u) << "storage written after destruction, in " << rounds << " rounds";
 }
 
