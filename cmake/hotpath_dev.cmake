@@ -16,26 +16,25 @@ if(HOTPATH_SANITIZE)
 endif()
 
 # The installed packages first; FetchContent only where they are missing.
+# hotpath_find_or_fetch(package name url tag option): find_package(package), else fetch
+# `name` from `url` at `tag` with its own `option` (tests, install) turned off.
 include(FetchContent)
-if(HOTPATH_BUILD_TESTS)
-  find_package(GTest CONFIG QUIET)
-  if(NOT GTest_FOUND)
-    message(STATUS "GoogleTest not installed: fetching it")
-    FetchContent_Declare(googletest GIT_REPOSITORY https://github.com/google/googletest.git
-                         GIT_TAG v1.14.0)
-    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
-    FetchContent_MakeAvailable(googletest)
+function(hotpath_find_or_fetch package name url tag option)
+  find_package(${package} CONFIG QUIET)
+  if(NOT ${package}_FOUND)
+    message(STATUS "${name} not installed: fetching it")
+    FetchContent_Declare(${name} GIT_REPOSITORY ${url} GIT_TAG ${tag})
+    set(${option} OFF CACHE BOOL "" FORCE)
+    FetchContent_MakeAvailable(${name})
   endif()
+endfunction()
+if(HOTPATH_BUILD_TESTS)
+  hotpath_find_or_fetch(GTest googletest https://github.com/google/googletest.git v1.14.0
+                        INSTALL_GTEST)
 endif()
 if(HOTPATH_BUILD_BENCHMARKS)
-  find_package(benchmark CONFIG QUIET)
-  if(NOT benchmark_FOUND)
-    message(STATUS "Google Benchmark not installed: fetching it")
-    FetchContent_Declare(benchmark GIT_REPOSITORY https://github.com/google/benchmark.git
-                         GIT_TAG v1.8.3)
-    set(BENCHMARK_ENABLE_TESTING OFF CACHE BOOL "" FORCE)
-    FetchContent_MakeAvailable(benchmark)
-  endif()
+  hotpath_find_or_fetch(benchmark benchmark https://github.com/google/benchmark.git v1.8.3
+                        BENCHMARK_ENABLE_TESTING)
 endif()
 
 # libpcap, for the defrag example's capture input and output (Debian: libpcap-dev).

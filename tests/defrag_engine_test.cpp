@@ -717,22 +717,29 @@ TEST(DefragRebuild, EcnOfTheFragmentsCombinesOrKills) {
   }
 }
 
+// Feeds `payload` as IPv6 fragments of `size` bytes with the headers of `s`, the first
+// fragment arriving last (in reverse); expects one datagram, the unfragmented packet,
+// and returns it.
+bytes rebuilt_v6_in_reverse(const v6_spec& s, const bytes& payload, std::size_t size) {
+  auto fs = cut(payload, size);
+  std::reverse(fs.begin(), fs.end());
+  harness h;
+  h.feed(family{6, {}, s}, fs);
+  EXPECT_EQ(h.out.size(), 1u);
+  if (h.out.size() != 1) return {};
+  EXPECT_EQ(h.out[0], v6_packet(s, false, 0, false, payload));
+  return h.out[0];
+}
+
 TEST(DefragRebuild, Ipv6RemovesTheFragmentHeaderAfterExtensionHeaders) {
   v6_spec s;
   s.dest_opts = true;
   s.tc = 0xb8;
-  const bytes payload = pattern(5000, 44);
-  family f{6, {}, s};
-  auto fs = cut(payload, 1352);
-  std::reverse(fs.begin(), fs.end());
-  harness h;
-  h.feed(f, fs);
-  ASSERT_EQ(h.out.size(), 1u);
-  const bytes want = v6_packet(s, false, 0, false, payload);
-  EXPECT_EQ(h.out[0], want);
-  EXPECT_EQ(h.out[0][6], 60);   // IPv6 header names the destination options
-  EXPECT_EQ(h.out[0][40], 17);  // which now names UDP, not the fragment header
-  EXPECT_EQ(defrag::load_be16(&h.out[0][4]), 8 + 5000);
+  const bytes d = rebuilt_v6_in_reverse(s, pattern(5000, 44), 1352);
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[6], 60);   // IPv6 header names the destination options
+  EXPECT_EQ(d[40], 17);  // which now names UDP, not the fragment header
+  EXPECT_EQ(defrag::load_be16(&d[4]), 8 + 5000);
 }
 
 TEST(DefragRebuild, Ipv6HeadersLongerThanTheHeadroom) {
@@ -741,14 +748,7 @@ TEST(DefragRebuild, Ipv6HeadersLongerThanTheHeadroom) {
   v6_spec s;
   s.dest_opts = true;
   s.dest_opts_units = 32;
-  const bytes payload = pattern(4000, 47);
-  family f{6, {}, s};
-  auto fs = cut(payload, 1200);
-  std::reverse(fs.begin(), fs.end());
-  harness h;
-  h.feed(f, fs);
-  ASSERT_EQ(h.out.size(), 1u);
-  EXPECT_EQ(h.out[0], v6_packet(s, false, 0, false, payload));
+  rebuilt_v6_in_reverse(s, pattern(4000, 47), 1200);
 }
 
 // ---------------------------------------------------------------- Novak/Sturges

@@ -13,11 +13,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "support/handoff_bound.hpp"
 #include "support/lock_suite.hpp"
 #include "support/lock_test_access.hpp"
 #include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
+#include "support/signals.hpp"
 #include "support/stress.hpp"
+#include "support/word_observer.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -134,88 +137,53 @@ TEST(PriorityLock, MutualExclusionAcrossBothSides) {
 // Word-wide paths only (byte_ops needs the plain std::atomic); the byte path's
 // back-off is covered by NoOrdinarySectionBetweenRequestAndPrivileged.
 struct word_log {
-  std::mutex mu;
-  std::atomic<const void*> word{nullptr};  // set while no thread uses the lock
   bool published = false;
   std::uint64_t publishes = 0, prio_grants = 0, ordinary_grants = 0, violations = 0;
 };
-inline word_log wlog;
+inline word_log wlog;  // written by the notes, read under observer.mu
 inline thread_local bool privileged_thread = false;
 inline thread_local bool asked_handoff = false;
 inline thread_local std::uint64_t grants_at_ask = 0;
 
-template <class T>
-struct hooked_atomic : std::atomic<T> {
-  using base = std::atomic<T>;
-  using base::base;
+// Under observer.mu, in the word's modification order.
+inline void classify_word_change(std::uint32_t old, std::uint32_t nv) noexcept {
   using lock_t = basic_priority_lock<>;
-  static constexpr std::uint32_t locked = 0xff, handoff = basic_queued_lock<>::handoff;
+  constexpr std::uint32_t locked = 0xff, handoff = basic_queued_lock<>::handoff;
+  if (privileged_thread && !(old & lock_t::request) && (nv & lock_t::request)) {
+    wlog.published = true;
+    ++wlog.publishes;
+  }
+  if (!privileged_thread && !(old & handoff) && (nv & handoff)) {
+    asked_handoff = true;
+    grants_at_ask = wlog.ordinary_grants;
+  }
+  const bool to_prio = (nv & lock_t::prio_held) && !(old & lock_t::prio_held);
+  const bool to_ordinary =
+      (nv & locked) && !(nv & lock_t::prio_held) &&
+      (!(old & locked) || ((old & locked) && (old & handoff) && !(nv & handoff)));
+  if (to_prio) {
+    wlog.published = false;
+    ++wlog.prio_grants;
+  }
+  if (to_ordinary) {
+    ++wlog.ordinary_grants;
+    if (wlog.published) ++wlog.violations;
+  }
+}
 
-  template <class Op>
-  T rmw(Op op) noexcept {
-    if (static_cast<const void*>(this) != wlog.word.load(std::memory_order_relaxed))
-      return op().first;
-    std::scoped_lock g(wlog.mu);
-    const auto [old, nv] = op();
-    note(static_cast<std::uint32_t>(old), static_cast<std::uint32_t>(nv));
-    return old;
-  }
-  static void note(std::uint32_t old, std::uint32_t nv) noexcept {
-    if (old == nv) return;
-    if (privileged_thread && !(old & lock_t::request) && (nv & lock_t::request)) {
-      wlog.published = true;
-      ++wlog.publishes;
-    }
-    if (!privileged_thread && !(old & handoff) && (nv & handoff)) {
-      asked_handoff = true;
-      grants_at_ask = wlog.ordinary_grants;
-    }
-    const bool to_prio = (nv & lock_t::prio_held) && !(old & lock_t::prio_held);
-    const bool to_ordinary =
-        (nv & locked) && !(nv & lock_t::prio_held) &&
-        (!(old & locked) || ((old & locked) && (old & handoff) && !(nv & handoff)));
-    if (to_prio) {
-      wlog.published = false;
-      ++wlog.prio_grants;
-    }
-    if (to_ordinary) {
-      ++wlog.ordinary_grants;
-      if (wlog.published) ++wlog.violations;
-    }
-  }
+template <class T>
+struct hooked_atomic : observed_atomic<T> {
+  using observed_atomic<T>::observed_atomic;
 
   T fetch_or(T v, std::memory_order o) noexcept {
-    const T old = rmw([&] {
-      const T prev = base::fetch_or(v, o);
-      return std::pair{prev, static_cast<T>(prev | v)};
-    });
+    const T old = observed_atomic<T>::fetch_or(v, o);
     if constexpr (std::is_same_v<T, std::uint32_t>) {
       // Widen the window after a publish: the lock may be free now (or freed by an
       // unlock() that looked at the flags just before), and ordinary threads must
       // still not take it.
-      if (privileged_thread && (v & lock_t::request)) std::this_thread::yield();
+      if (privileged_thread && (v & basic_priority_lock<>::request)) std::this_thread::yield();
     }
     return old;
-  }
-  T fetch_and(T v, std::memory_order o) noexcept {
-    return rmw([&] {
-      const T old = base::fetch_and(v, o);
-      return std::pair{old, static_cast<T>(old & v)};
-    });
-  }
-  bool compare_exchange_weak(T& expected, T desired, std::memory_order s,
-                             std::memory_order f) noexcept {
-    return compare_exchange_strong(expected, desired, s, f);
-  }
-  bool compare_exchange_strong(T& expected, T desired, std::memory_order s,
-                               std::memory_order f) noexcept {
-    bool ok = false;
-    rmw([&] {
-      const T old = expected;
-      ok = base::compare_exchange_strong(expected, desired, s, f);
-      return ok ? std::pair{old, desired} : std::pair{expected, expected};
-    });
-    return ok;
   }
 };
 
@@ -224,10 +192,9 @@ using hooked_priority_lock = basic_priority_lock<basic_policy<Wait, hooked_atomi
 
 template <class Lock>
 void watch(Lock& l) {
-  std::scoped_lock g(wlog.mu);
-  wlog.word.store(&l, std::memory_order_relaxed);  // the lock is its word (sizeof == 4)
-  wlog.published = false;
-  wlog.publishes = wlog.prio_grants = wlog.ordinary_grants = wlog.violations = 0;
+  std::scoped_lock g(observer.mu);
+  wlog = {};
+  observer.watch(&l, classify_word_change, true);  // the lock is its word (sizeof == 4)
 }
 
 template <class Wait>
@@ -269,8 +236,8 @@ void privileged_bound(unsigned ordinary_threads) {
   stop = true;
   for (auto& t : pool)
     t.join();
-  std::scoped_lock g(wlog.mu);
-  wlog.word.store(nullptr, std::memory_order_relaxed);
+  std::scoped_lock g(observer.mu);
+  observer.stop();
   EXPECT_GT(rounds, 0u);
   EXPECT_EQ(wlog.publishes, rounds);
   EXPECT_EQ(wlog.prio_grants, rounds);
@@ -347,23 +314,8 @@ void no_ordinary_section_between(unsigned ordinary_threads) {
   // A signal that stalls the privileged thread for a while, landing at random points
   // of lock_priority() (between its publish and its CAS of a free lock, too), widens
   // the windows that the ordinary side must not use. TSan defers signals to safe
-  // points, so there it only adds noise.
-  struct sigaction sa {
-  }, old_sa{};
-  sa.sa_handler = [](int) {
-    const auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(20)) {
-    }
-  };
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR2, &sa, &old_sa);
-  std::thread delayer([&, h = prio.native_handle()] {
-    while (!stop.load(std::memory_order_relaxed) && !HOTPATH_TSAN) {
-      pthread_kill(h, SIGUSR2);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  });
+  // points, so there it sends none.
+  signal_stalls<20> stalls(SIGUSR2, prio.native_handle());
   while (running.load() < ordinary_threads)
     std::this_thread::yield();
   int rounds = 0;
@@ -385,11 +337,10 @@ void no_ordinary_section_between(unsigned ordinary_threads) {
     rounds = r;
   }
   stop = true;
-  delayer.join();
+  stalls.stop();
   prio.join();
   for (auto& t : pool)
     t.join();
-  sigaction(SIGUSR2, &old_sa, nullptr);
   EXPECT_GT(rounds, 0);
   EXPECT_GT(ordinary, 0u);
   EXPECT_EQ(violations, 0u) << "an ordinary section began between a request and its section ("
@@ -558,8 +509,7 @@ void waiters_bounded(unsigned rounds_per_waiter) {
   lock_type l;
   watch(l);
   std::atomic<bool> done{false};
-  std::atomic<unsigned> through{0}, running{0};
-  std::atomic<std::uint64_t> asks{0}, worst{0};
+  std::atomic<unsigned> running{0};
   auto hammer = [&] {
     running.fetch_add(1);
     while (!done.load(std::memory_order_relaxed)) {
@@ -578,44 +528,22 @@ void waiters_bounded(unsigned rounds_per_waiter) {
   });
   while (running.load() < 2)
     std::this_thread::yield();
-  std::vector<std::thread> waiters;
-  for (int i = 0; i < 4; ++i) {
-    waiters.emplace_back([&] {
-      // Until some waiter has reached its bound (most rounds get in sooner), within a cap.
-      for (unsigned k = 0;
-           k < rounds_per_waiter || (asks.load() == 0 && k < 20 * rounds_per_waiter); ++k) {
-        asked_handoff = false;
-        l.lock();
-        if (asked_handoff) {
-          std::uint64_t passed;
-          {
-            std::scoped_lock g(wlog.mu);
-            passed = wlog.ordinary_grants - grants_at_ask - 1;  // not counting our own
-          }
-          asks.fetch_add(1);
-          std::uint64_t w = worst.load();
-          while (passed > w && !worst.compare_exchange_weak(w, passed)) {
-          }
-        }
-        l.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // re-enter as a newcomer
-      }
-      through.fetch_add(1);
-    });
-  }
-  for (auto& w : waiters)
-    w.join();
+  handoff_bound b;
+  b.run_waiters(4, rounds_per_waiter, 20 * rounds_per_waiter, 1, [&] {
+    asked_handoff = false;
+    l.lock();
+    if (asked_handoff) {
+      std::scoped_lock g(observer.mu);
+      b.passed(wlog.ordinary_grants - grants_at_ask - 1);  // not counting our own
+    }
+    l.unlock();
+  });
   done = true;
   h1.join();
   h2.join();
   prio.join();
-  {
-    std::scoped_lock g(wlog.mu);
-    wlog.word.store(nullptr, std::memory_order_relaxed);
-  }
-  EXPECT_EQ(through.load(), 4u);
-  EXPECT_GT(asks.load(), 0u) << "no waiter reached its bound: the test saw no handoff";
-  EXPECT_LE(worst.load(), 1u) << "a waiter past its bound was passed by ordinary sections";
+  observer.stop();
+  b.expect_at_most(1);
 }
 
 TEST(PriorityLock, OrdinaryWaitersAreBoundedParking) {

@@ -14,6 +14,7 @@
 #include "hotpath/queued_lock.hpp"
 #include "support/alloc_hook.hpp"
 #include "support/lock_test_access.hpp"
+#include "support/signals.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -77,12 +78,8 @@ void handler(int) {
 // the handler's try_lock() and queued lock() allocate nothing (malloc is not
 // async-signal-safe and could deadlock on the interrupted thread's own malloc lock).
 TEST(QueuedLockSignal, HandlerContendsWithoutAllocating) {
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = sig::handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  scoped_signal_handler handler(SIGUSR1, sig::handler, SA_RESTART);
+  ASSERT_TRUE(handler.installed());
   std::atomic<bool> prepared{false};
   bool ok = false;
   std::thread target([&] {
@@ -96,7 +93,6 @@ TEST(QueuedLockSignal, HandlerContendsWithoutAllocating) {
     std::this_thread::sleep_for(100us);
   with_a_queue(sig::lock, [&] { pthread_kill(target.native_handle(), SIGUSR1); });
   target.join();
-  sigaction(SIGUSR1, &old, nullptr);
   EXPECT_TRUE(ok);
   ASSERT_EQ(sig::done, 1);
   EXPECT_EQ(sig::try_lock_result, 0);

@@ -11,11 +11,14 @@
 #include <numeric>
 #include <type_traits>
 
+#include "support/handoff_bound.hpp"
 #include "support/lock_suite.hpp"
 #include "support/lock_test_access.hpp"
 #include "support/next_owner_frees.hpp"
 #include "support/policies.hpp"
+#include "support/signals.hpp"
 #include "support/stress.hpp"
+#include "support/word_observer.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -323,49 +326,24 @@ TEST(QueuedLock, MoreThreadsThanSlots) {
 
 // Bounded wait, counted in critical sections rather than time (header, "Fairness"):
 // once a waiter has asked for the handoff, at most the section in progress and one
-// more begin before its own. Every section counts itself in `sections`; an
-// instrumented atomic notes the count when a thread's RMW on the watched lock word
-// sets `handoff`, and that thread, once in, checks how many sections passed it.
+// more begin before its own. Every section counts itself in `sections`; the observed
+// atomic (support/word_observer.hpp) notes the count when a thread's RMW on the lock
+// word sets `handoff`, and that thread, once in, checks how many sections passed it.
 // Word-wide paths only (byte_ops needs the plain std::atomic); the byte path sends
 // every unlock() that sees `handoff` to the same unlock_slow().
 namespace bound {
-inline std::atomic<const void*> watched{nullptr};
 inline std::atomic<std::uint64_t> sections{0};
 inline thread_local bool asked = false;
 inline thread_local std::uint64_t at_ask = 0;
 
-template <class T>
-struct noting_atomic : std::atomic<T> {
-  using base = std::atomic<T>;
-  using base::base;
-
-  void note(T old, T nv) noexcept {
-    if constexpr (std::is_same_v<T, std::uint32_t>) {
-      constexpr T h = basic_queued_lock<>::handoff;
-      if (this == watched.load(std::memory_order_relaxed) && !(old & h) && (nv & h)) {
-        asked = true;
-        // The section in progress may count itself before or after this load.
-        at_ask = sections.load(std::memory_order_seq_cst);
-      }
-    }
+inline void note(std::uint32_t old, std::uint32_t nv) noexcept {
+  constexpr std::uint32_t h = basic_queued_lock<>::handoff;
+  if (!(old & h) && (nv & h)) {
+    asked = true;
+    // The section in progress may count itself before or after this load.
+    at_ask = sections.load(std::memory_order_seq_cst);
   }
-  T fetch_or(T v, std::memory_order o) noexcept {
-    const T old = base::fetch_or(v, o);
-    note(old, old | v);
-    return old;
-  }
-  bool compare_exchange_weak(T& expected, T desired, std::memory_order s,
-                             std::memory_order f) noexcept {
-    return compare_exchange_strong(expected, desired, s, f);
-  }
-  bool compare_exchange_strong(T& expected, T desired, std::memory_order s,
-                               std::memory_order f) noexcept {
-    const T old = expected;
-    const bool ok = base::compare_exchange_strong(expected, desired, s, f);
-    if (ok) note(old, desired);
-    return ok;
-  }
-};
+}
 }  // namespace bound
 
 // Two hammers re-take the lock back to back (each unlock followed at once by a steal
@@ -375,13 +353,12 @@ struct noting_atomic : std::atomic<T> {
 // asking waiter without bound.
 template <class Wait>
 void waiters_bounded(unsigned rounds_per_waiter) {
-  using lock_type = basic_queued_lock<basic_policy<Wait, bound::noting_atomic>>;
+  using lock_type = basic_queued_lock<basic_policy<Wait, observed_atomic>>;
   static_assert(sizeof(lock_type) == 4);  // the lock is its word
   lock_type lock;
-  bound::watched.store(&lock, std::memory_order_relaxed);
+  observer.watch(&lock, bound::note, false);
   std::atomic<bool> done{false};
-  std::atomic<unsigned> through{0}, running{0};
-  std::atomic<std::uint64_t> asks{0}, worst{0};
+  std::atomic<unsigned> running{0};
   auto section = [] { bound::sections.fetch_add(1, std::memory_order_seq_cst); };
   auto hammer = [&] {
     running.fetch_add(1);
@@ -396,38 +373,19 @@ void waiters_bounded(unsigned rounds_per_waiter) {
   std::thread h1(hammer), h2(hammer);
   while (running.load() < 2)
     std::this_thread::yield();
-  std::vector<std::thread> waiters;
-  for (int i = 0; i < 4; ++i) {
-    waiters.emplace_back([&] {
-      for (unsigned k = 0; k < rounds_per_waiter || (asks.load() < 8 && k < 50 * rounds_per_waiter);
-           ++k) {
-        bound::asked = false;
-        lock.lock();
-        if (bound::asked) {
-          const std::uint64_t passed =
-              bound::sections.load(std::memory_order_seq_cst) - bound::at_ask;
-          asks.fetch_add(1);
-          std::uint64_t w = worst.load();
-          while (passed > w && !worst.compare_exchange_weak(w, passed)) {
-          }
-        }
-        section();
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // re-enter as a newcomer
-      }
-      through.fetch_add(1);
-    });
-  }
-  for (auto& w : waiters)
-    w.join();
+  handoff_bound b;
+  b.run_waiters(4, rounds_per_waiter, 50 * rounds_per_waiter, 8, [&] {
+    bound::asked = false;
+    lock.lock();
+    if (bound::asked) b.passed(bound::sections.load(std::memory_order_seq_cst) - bound::at_ask);
+    section();
+    lock.unlock();
+  });
   done = true;
   h1.join();
   h2.join();
-  bound::watched.store(nullptr, std::memory_order_relaxed);
-  EXPECT_EQ(through.load(), 4u);
-  EXPECT_GT(asks.load(), 0u) << "no waiter reached its bound: the test saw no handoff";
-  EXPECT_LE(worst.load(), 2u) << "a waiter that asked for the handoff was passed by "
-                              << worst.load() << " sections";
+  observer.stop();
+  b.expect_at_most(2);
 }
 
 TEST(QueuedLock, QueuedThreadsAreNotStarvedByStealers) {
@@ -449,25 +407,12 @@ TEST(QueuedLock, WaitersParkInsteadOfBurningCpu) {
 // Nothing may write the storage after that. A no-op-but-slow signal handler delays
 // the previous owner at random points of its unlock() to widen the window. Stress,
 // not proof: before the fix it caught the write in 5 of 6 runs at this budget.
-namespace uaf {
-inline void delay_handler(int) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(30)) {
-  }
-}
-}  // namespace uaf
 
 TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
   // ThreadSanitizer defers signals to safe points (no delays land in the window),
   // and the released owner's last flag load races, by design, with the poisoning.
   if (HOTPATH_TSAN) GTEST_SKIP() << "signal-timing stress; not meaningful under tsan";
   using lock_type = basic_queued_lock<basic_policy<spin_then_park<0, 0>>>;
-  struct sigaction sa {
-  }, old{};
-  sa.sa_handler = uaf::delay_handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
   alignas(lock_type) unsigned char storage[sizeof(lock_type)];
   constexpr std::uint32_t poison = 0xffffffffu;
   lock_type* l = nullptr;
@@ -485,12 +430,8 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
       owner_step.store(2 * k, std::memory_order_release);  // its unlock() returned
     }
   });
-  std::thread delayer([&, h = owner.native_handle()] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      pthread_kill(h, SIGUSR1);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  });
+  signal_stalls<30> stalls(SIGUSR1, owner.native_handle());
+  EXPECT_TRUE(stalls.installed());
   std::uint64_t writes = 0, rounds = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (int k = 1; k < 1000000 && std::chrono::steady_clock::now() < deadline; ++k) {
@@ -510,9 +451,8 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
     ++rounds;
   }
   stop = true;
+  stalls.stop();
   owner.join();
-  delayer.join();
-  sigaction(SIGUSR1, &old, nullptr);
   EXPECT_EQ(writes, 0u) << "storage written after destruction, in " << rounds << " rounds";
 }
 

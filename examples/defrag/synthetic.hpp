@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pcap_io.hpp"
@@ -225,101 +226,145 @@ inline std::optional<std::uint64_t> legit_sequence(std::span<const std::uint8_t>
   return seq;
 }
 
-// Builds the traffic. `progress(done, total)` is called now and then for long runs.
-inline traffic generate(const options& o,
-                        const std::function<void(std::uint64_t, std::uint64_t)>& progress = {}) {
-  traffic t;
-  detail::rng rnd{o.seed * 0x2545f4914f6cdd1d + 1};
-  std::int64_t ts = o.start_ns;
-  const std::uint64_t n = o.legit_count();
-  t.legit_datagrams = n;
+namespace detail {
+
+// Addresses for a bogus first fragment from the random word r (and, for IPv6, one more
+// from rnd): a source no legit datagram uses, the legit destination.
+inline address bogus_address(bool v6, std::uint64_t r, rng& rnd) {
+  address a;
+  a.v6 = v6;
+  if (!v6) {
+    a.src = {198, static_cast<std::uint8_t>(18 + (r & 1)), static_cast<std::uint8_t>(r >> 8),
+             static_cast<std::uint8_t>(r >> 16)};
+    a.dst = {10, 2, 0, 1};
+  } else {
+    a.src = {0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff};
+    std::uint64_t low = rnd();  // the last 8 bytes; the 2 before them from r
+    a.src[6] = static_cast<std::uint8_t>(r >> 40);
+    a.src[7] = static_cast<std::uint8_t>(r >> 48);
+    for (int i = 8; i < 16; ++i)
+      a.src[i] = static_cast<std::uint8_t>(low >> (8 * (i - 8)));
+    a.dst = {0xfd, 0x00, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  }
+  return a;
+}
+
+// Legit datagram `seq` cut to fit the MTU: (offset, bytes) per fragment in sending
+// order (every fifth datagram in reverse), and how many of them are sent so far.
+struct legit_in_flight {
+  legit_datagram d;
+  std::size_t total;  // bytes of the UDP datagram
+  std::vector<std::pair<std::uint32_t, std::vector<std::uint8_t>>> parts;
+  std::size_t sent = 0;
+};
+
+inline legit_in_flight cut_legit(std::uint64_t seq, std::uint32_t mtu) {
+  legit_in_flight f{make_legit(seq), 0, {}};
+  auto whole = udp(f.d.addr, f.d.sport, legit_port, f.d.payload);
+  f.total = whole.size();
+  std::uint32_t room = fragment_room(f.d.addr.v6, mtu);
+  for (std::uint32_t off = 0; off < whole.size(); off += room) {
+    std::size_t len = std::min<std::size_t>(room, whole.size() - off);
+    f.parts.emplace_back(off,
+                         std::vector<std::uint8_t>(whole.begin() + off, whole.begin() + off + len));
+  }
+  if (seq % 5 == 2) std::reverse(f.parts.begin(), f.parts.end());
+  return f;
+}
+
+// generate()'s steps, writing one capture: its clock, the random keys and the flood
+// still owed.
+class traffic_writer {
+ public:
+  explicit traffic_writer(const options& o)
+      : o_(o), rnd_{o.seed * 0x2545f4914f6cdd1d + 1}, ts_(o.start_ns) {}
 
   // A bogus first fragment: a random key that no other packet completes (MF set, and no
   // other fragment of it is ever sent). The UDP header makes its ports visible to RSS.
-  auto bogus = [&](bool v6, std::uint32_t payload_bytes) {
-    detail::address a;
-    a.v6 = v6;
-    std::uint64_t r = rnd();
-    if (!v6) {
-      a.src = {198, static_cast<std::uint8_t>(18 + (r & 1)), static_cast<std::uint8_t>(r >> 8),
-               static_cast<std::uint8_t>(r >> 16)};
-      a.dst = {10, 2, 0, 1};
-    } else {
-      a.src = {0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff};
-      std::uint64_t low = rnd();  // the last 8 bytes; the 2 before them from r
-      a.src[6] = static_cast<std::uint8_t>(r >> 40);
-      a.src[7] = static_cast<std::uint8_t>(r >> 48);
-      for (int i = 8; i < 16; ++i)
-        a.src[i] = static_cast<std::uint8_t>(low >> (8 * (i - 8)));
-      a.dst = {0xfd, 0x00, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-    }
+  void bogus(bool v6, std::uint32_t payload_bytes) {
+    std::uint64_t r = rnd_();
+    const address a = bogus_address(v6, r, rnd_);
     std::vector<std::uint8_t> part(payload_bytes, 0x5a);
-    detail::store16(&part[0], static_cast<std::uint32_t>(1024 + (r >> 24) % 60000));
-    detail::store16(&part[2], legit_port);
-    detail::store16(&part[4], 0);
+    store16(&part[0], static_cast<std::uint32_t>(1024 + (r >> 24) % 60000));
+    store16(&part[2], legit_port);
+    store16(&part[4], 0);
     std::uint32_t id = static_cast<std::uint32_t>(r >> 32);
-    detail::emit_fragment(t.cap, ts, a, v6 ? id : (id & 0xffff), part, 0, true);
-    ++t.bogus_fragments;
-  };
+    emit_fragment(t_.cap, ts_, a, v6 ? id : (id & 0xffff), part, 0, true);
+    ++t_.bogus_fragments;
+  }
 
+  // The blackout burst, "at once": 1766 fragments in 0.18 ms.
+  void blackout() {
+    for (std::uint32_t i = 0; i < synthetic::blackout_burst; ++i) {
+      bogus(false, 1480);
+      ts_ += 100;
+    }
+  }
+
+  // Legit datagrams [first, last): their fragments interleave round robin, each
+  // followed by the bogus fragments the flood owes by then.
+  void legit_group(std::uint64_t first, std::uint64_t last) {
+    std::vector<legit_in_flight> group;
+    for (std::uint64_t seq = first; seq < last; ++seq)
+      group.push_back(cut_legit(seq, o_.mtu));
+    for (bool any = true; any;) {
+      any = false;
+      for (legit_in_flight& f : group) {
+        if (f.sent == f.parts.size()) continue;
+        any = true;
+        auto& [off, part] = f.parts[f.sent++];
+        bool more = off + part.size() < f.total;
+        emit_fragment(t_.cap, ts_, f.d.addr, f.d.id, part, off, more);
+        ++t_.legit_fragments;
+        ts_ += o_.gap_ns;
+        flood(f.d.addr.v6);
+      }
+    }
+  }
+
+  void advance(std::int64_t ns) { ts_ += ns; }
+  traffic& result() { return t_; }
+
+ private:
+  void flood(bool v6) {
+    for (flood_debt_ += o_.flood; flood_debt_ >= 1; flood_debt_ -= 1) {
+      bogus(v6, fragment_room(v6, o_.mtu));
+      ts_ += o_.gap_ns;
+    }
+  }
+
+  const options& o_;
+  traffic t_;
+  rng rnd_;
+  std::int64_t ts_;
+  double flood_debt_ = 0;
+};
+
+}  // namespace detail
+
+// Builds the traffic. `progress(done, total)` is called now and then for long runs.
+inline traffic generate(const options& o,
+                        const std::function<void(std::uint64_t, std::uint64_t)>& progress = {}) {
+  detail::traffic_writer w(o);
+  const std::uint64_t n = o.legit_count();
+  w.result().legit_datagrams = n;
   std::int64_t legit_gap = o.gap_ns;
   if (o.blackout) {
-    for (std::uint32_t i = 0; i < blackout_burst; ++i) {
-      bogus(false, 1480);
-      ts += 100;  // "at once": 1766 fragments in 0.18 ms
-    }
+    w.blackout();
     // Each datagram's fragments stay gap_ns apart; datagrams start evenly over 25 s.
     legit_gap = std::max<std::int64_t>(o.gap_ns, blackout_span_ns / static_cast<std::int64_t>(n));
   }
-
-  double flood_debt = 0;
   std::uint64_t next_report = 1;
   for (std::uint64_t first = 0; first < n; first += o.in_flight) {
-    // A group of in_flight datagrams; their fragments interleave round robin.
-    std::vector<std::vector<std::pair<std::uint32_t, std::vector<std::uint8_t>>>> frags;
-    std::vector<legit_datagram> group;
-    std::vector<std::size_t> totals;
-    for (std::uint64_t seq = first; seq < std::min<std::uint64_t>(n, first + o.in_flight); ++seq) {
-      legit_datagram d = make_legit(seq);
-      auto whole = detail::udp(d.addr, d.sport, legit_port, d.payload);
-      std::uint32_t room = detail::fragment_room(d.addr.v6, o.mtu);
-      std::vector<std::pair<std::uint32_t, std::vector<std::uint8_t>>> list;
-      for (std::uint32_t off = 0; off < whole.size(); off += room) {
-        std::size_t len = std::min<std::size_t>(room, whole.size() - off);
-        list.emplace_back(
-            off, std::vector<std::uint8_t>(whole.begin() + off, whole.begin() + off + len));
-      }
-      if (seq % 5 == 2) std::reverse(list.begin(), list.end());
-      frags.push_back(std::move(list));
-      group.push_back(std::move(d));
-      totals.push_back(whole.size());
-    }
-    std::vector<std::size_t> next(frags.size(), 0);
-    bool any = true;
-    while (any) {
-      any = false;
-      for (std::size_t g = 0; g < frags.size(); ++g) {
-        if (next[g] == frags[g].size()) continue;
-        any = true;
-        auto& [off, part] = frags[g][next[g]];
-        bool more = off + part.size() < totals[g];
-        detail::emit_fragment(t.cap, ts, group[g].addr, group[g].id, part, off, more);
-        ++next[g];
-        ++t.legit_fragments;
-        ts += o.gap_ns;
-        for (flood_debt += o.flood; flood_debt >= 1; flood_debt -= 1) {
-          bogus(group[g].addr.v6, detail::fragment_room(group[g].addr.v6, o.mtu));
-          ts += o.gap_ns;
-        }
-      }
-    }
-    if (o.blackout) ts += legit_gap * static_cast<std::int64_t>(frags.size());
+    const std::uint64_t last = std::min<std::uint64_t>(n, first + o.in_flight);
+    w.legit_group(first, last);
+    if (o.blackout) w.advance(legit_gap * static_cast<std::int64_t>(last - first));
     if (progress && first >= next_report * 100000) {
       progress(first, n);
       ++next_report;
     }
   }
-  return t;
+  return std::move(w.result());
 }
 
 }  // namespace defrag::synthetic

@@ -45,10 +45,6 @@ struct lock_test_access;  // tests' view of the counters (tests/support/lock_tes
 
 template <class Policy = default_policy>
 class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
-  using wait = typename Policy::wait;
-  template <class T>
-  using atomic = typename Policy::template atomic<T>;
-
  public:
   HOTPATH_LOCK_LIFETIME(basic_ticket_lock)
   basic_ticket_lock(const basic_ticket_lock&) = delete;
@@ -95,6 +91,10 @@ class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
   }
 
  private:
+  using wait = typename Policy::wait;
+  template <class T>
+  using atomic = typename Policy::template atomic<T>;
+
   // Entry: pairs with the release store of serving_ in unlock(). (A test-only
   // build makes it relaxed to check that tests/schedule/ catches the race.)
 #if defined(HOTPATH_MUTANT_TICKET_RELAXED_ACQUIRE)

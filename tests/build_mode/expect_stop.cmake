@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: MIT
-# Runs PROGRAM, which must stop (not exit 0) with hotpath's build-mode message.
+# Runs PROGRAM, which must stop (not exit 0) with hotpath's build-mode message, and the
+# message must show MACRO set differently in its units (0/1 or 1/0).
 execute_process(COMMAND ${PROGRAM} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "hotpath: translation units built in different modes")
-  message(FATAL_ERROR "expected a stop with the build-mode message; exit ${rc}\n${out}\n${err}")
+if(rc EQUAL 0 OR NOT err MATCHES "hotpath: translation units built in different modes"
+   OR NOT err MATCHES "${MACRO} (0/1|1/0)")
+  message(FATAL_ERROR "expected a stop with the build-mode message naming ${MACRO}; "
+                      "exit ${rc}\n${out}\n${err}")
 endif()
 message(STATUS "stopped as expected (${rc}): ${err}")

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // A program of two translation units built in different modes (mixed_other.cpp with
-// HOTPATH_NO_MEMBARRIER): it must stop at load with hotpath's message, not run.
+// HOTPATH_NO_MEMBARRIER, or HOTPATH_LOCK_STATS=1): it must stop at load with hotpath's
+// message, not run.
 #include <cstdio>
 
 #include "hotpath/rcu_cell.hpp"

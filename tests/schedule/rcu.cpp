@@ -53,18 +53,23 @@ domain& prepared_domain() {
   return domain::instance();
 }
 
-// Two readers, two sections each; a writer swaps the pointer twice, each time
-// waiting for a grace period before destroying the old object.
-HOTPATH_PROPERTY(synchronize, {}) {
-  domain& dom = prepared_domain();
-  atomic<object*> ptr(new object(1));
-  auto reader = [&] {
-    for (int r = 0; r < 2; ++r) {
+// A reader: `sections` read-side sections, each reading the object behind `ptr` whole.
+auto reader_of(domain& dom, atomic<object*>& ptr, int sections) {
+  return [&dom, &ptr, sections] {
+    for (int r = 0; r < sections; ++r) {
       std::scoped_lock section(dom);
       // Acquire pairs with the writer's exchange: the object is constructed.
       read_object(ptr.load(std::memory_order_acquire));
     }
   };
+}
+
+// Two readers, two sections each; a writer swaps the pointer twice, each time
+// waiting for a grace period before destroying the old object.
+HOTPATH_PROPERTY(synchronize, {}) {
+  domain& dom = prepared_domain();
+  atomic<object*> ptr(new object(1));
+  auto reader = reader_of(dom, ptr, 2);
   run({reader, reader, [&] {
          for (int i = 2; i <= 3; ++i) {
            object* old = ptr.exchange(new object(i), std::memory_order_acq_rel);
@@ -81,12 +86,7 @@ HOTPATH_PROPERTY(synchronize, {}) {
 HOTPATH_PROPERTY(retire, {}) {
   domain& dom = prepared_domain();
   atomic<object*> ptr(new object(1));
-  auto reader = [&] {
-    for (int r = 0; r < 3; ++r) {
-      std::scoped_lock section(dom);
-      read_object(ptr.load(std::memory_order_acquire));
-    }
-  };
+  auto reader = reader_of(dom, ptr, 3);
   run({reader, reader, [&] {
          for (int i = 2; i < 2 + static_cast<int>(domain::batch_size) + 4; ++i)
            hotpath::rcu_retire(ptr.exchange(new object(i), std::memory_order_acq_rel),

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "hotpath/detail/policy.hpp"
+#include "signals.hpp"
 
 namespace hotpath::test {
 
@@ -63,24 +64,19 @@ std::vector<int> acquisition_order(Lock& lock, int waiters, int signalled = -1) 
     if (!wait_for_waiters(static_cast<unsigned>(i + 1))) break;
   }
   if (signalled >= 0 && signalled < static_cast<int>(pool.size())) {
-    struct sigaction sa {
-    }, old{};
-    sa.sa_handler = [](int) { signals_handled.fetch_add(1, std::memory_order_relaxed); };
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;
-    sigaction(SIGUSR1, &sa, &old);
+    // Restored at the end of this block, once the handler has run: on a loaded machine
+    // the waiter may be slow to take the signal, which SIG_DFL would make fatal.
+    scoped_signal_handler handler(
+        SIGUSR1, [](int) { signals_handled.fetch_add(1, std::memory_order_relaxed); }, 0);
     // Let it fall asleep first (the test does not depend on it: only its chance to
     // catch a waiter that a wake-up sends to the back does).
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const unsigned handled = signals_handled.load(std::memory_order_relaxed);
     pthread_kill(pool[static_cast<std::size_t>(signalled)].native_handle(), SIGUSR1);
-    // Restore the old disposition only once the handler has run: on a loaded machine
-    // the waiter may be slow to take the signal, which SIG_DFL would make fatal.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (signals_handled.load(std::memory_order_relaxed) == handled &&
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    sigaction(SIGUSR1, &old, nullptr);
   }
   lock.unlock();
   for (auto& t : pool)

@@ -49,6 +49,12 @@
 #endif
 #endif
 
+// Lock path counters (detail/lock_stats.hpp): off unless the build sets
+// HOTPATH_LOCK_STATS=1 (for the whole program: see below).
+#if !defined(HOTPATH_LOCK_STATS)
+#define HOTPATH_LOCK_STATS 0
+#endif
+
 // One copy per process. hotpath keeps process-wide state in function-local statics,
 // inline variables and thread_locals of inline functions and templates (the thread
 // slot registry and node table, the RCU domain and each thread's reader state). In
@@ -103,16 +109,17 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-// One build mode per process. HOTPATH_RSEQ (percpu_counter's paths and error
-// bound), HOTPATH_NO_MEMBARRIER (which fences pair up) and ThreadSanitizer (fences
-// and annotations) change the bodies of inline functions, and the linker keeps one
-// copy of each: two objects built with different values would break the
-// one-definition rule silently, e.g. a reader built for membarrier (a compiler
-// barrier) paired with a grace period built for ThreadSanitizer (no membarrier).
-// So each translation unit checks its mode against the first one's when the program
-// or a shared library is loaded, and a mismatch stops the process with a message.
-// Not a link error: an absolute symbol whose value is the mode makes GNU ld, gold and
-// lld refuse a mismatch, but Clang's LTO refuses even two equal copies of it.
+// One build mode per process. HOTPATH_RSEQ (percpu_counter's paths and error bound),
+// HOTPATH_NO_MEMBARRIER (which fences pair up), ThreadSanitizer (fences and
+// annotations) and HOTPATH_LOCK_STATS (counts on the lock paths) change the bodies of
+// inline functions, and the linker keeps one copy of each: two objects built with
+// different values would break the one-definition rule silently, e.g. a reader built
+// for membarrier (a compiler barrier) paired with a grace period built for
+// ThreadSanitizer (no membarrier). So each translation unit checks its mode against
+// the first one's when the program or a shared library is loaded, and a mismatch stops
+// the process with a message. Not a link error: an absolute symbol whose value is the
+// mode makes GNU ld, gold and lld refuse a mismatch, but Clang's LTO refuses even two
+// equal copies of it.
 inline void check_build_mode(unsigned mode) noexcept {
   static constinit std::atomic<unsigned> first{0};
   unsigned seen = 0;
@@ -121,9 +128,10 @@ inline void check_build_mode(unsigned mode) noexcept {
   auto bit = [](unsigned m, unsigned b) { return (m >> b) & 1u; };
   std::fprintf(stderr,
                "hotpath: translation units built in different modes (HOTPATH_RSEQ %u/%u, "
-               "HOTPATH_NO_MEMBARRIER %u/%u, ThreadSanitizer %u/%u); build every object of "
-               "the program with the same settings\n",
-               bit(seen, 1), bit(mode, 1), bit(seen, 2), bit(mode, 2), bit(seen, 3), bit(mode, 3));
+               "HOTPATH_NO_MEMBARRIER %u/%u, ThreadSanitizer %u/%u, HOTPATH_LOCK_STATS %u/%u); "
+               "build every object of the program with the same settings\n",
+               bit(seen, 1), bit(mode, 1), bit(seen, 2), bit(mode, 2), bit(seen, 3), bit(mode, 3),
+               bit(seen, 4), bit(mode, 4));
   std::abort();
 }
 
@@ -135,8 +143,8 @@ constexpr unsigned no_membarrier = 1;
 constexpr unsigned no_membarrier = 0;
 #endif
 // This translation unit's mode; bit 0 keeps it nonzero.
-constexpr unsigned build_mode =
-    1u | (HOTPATH_RSEQ ? 2u : 0u) | (no_membarrier << 2) | (HOTPATH_TSAN ? 8u : 0u);
+constexpr unsigned build_mode = 1u | (HOTPATH_RSEQ ? 2u : 0u) | (no_membarrier << 2) |
+                                (HOTPATH_TSAN ? 8u : 0u) | (HOTPATH_LOCK_STATS ? 16u : 0u);
 [[gnu::constructor]] void check_this_translation_unit() noexcept {
   check_build_mode(build_mode);
 }

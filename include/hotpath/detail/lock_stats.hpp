@@ -4,7 +4,8 @@
 // time goes. Built only with HOTPATH_LOCK_STATS=1 (the CMake option of that name sets
 // it); otherwise every count is an empty inline function and read_lock_stats()
 // returns zeros. Like any macro that changes inline bodies, build every translation
-// unit of a program the same way.
+// unit of a program the same way (config.hpp's build-mode check stops a program that
+// mixes them; the default, 0, is set there too).
 //
 // Each acquisition is counted exactly once, under one of
 //   fast        the first CAS of lock(), lock_fifo() or try_lock(), nobody waiting
@@ -23,10 +24,6 @@
 #include <cstdint>
 
 #include "hotpath/detail/config.hpp"
-
-#if !defined(HOTPATH_LOCK_STATS)
-#define HOTPATH_LOCK_STATS 0
-#endif
 
 HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
