@@ -85,6 +85,13 @@
 // lock (one CAS, one store) and a short chain walk. The chain is not RCU-protected:
 // every access takes the bucket lock, as the kernel's reassembly queue lock is taken
 // for every fragment anyway.
+//
+// Lock and Policy. Lock is the bucket lock (any Lockable with try_lock()). Policy
+// gives the atomic template of the bucket heads, the sweep cursor and the two
+// percpu_counters (detail/policy.hpp); default_policy is std::atomic, as
+// percpu_counter's own default. A policy that defines random() (its low bits pick a
+// bucket) replaces the per-thread generator of eviction sampling. The deterministic
+// scheduler of tests/schedule/ drives the table through both.
 #pragma once
 
 #include <algorithm>
@@ -101,6 +108,7 @@
 #include <utility>
 
 #include "hotpath/detail/config.hpp"
+#include "hotpath/detail/policy.hpp"
 #include "hotpath/keyed_hash.hpp"
 #include "hotpath/percpu.hpp"
 #include "hotpath/percpu_counter.hpp"
@@ -147,8 +155,11 @@ template <class R>
 using visit_result_t = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
 }  // namespace detail
 
-template <class Key, class T, class Hash = keyed_hash<Key>, class Lock = queued_lock>
+template <class Key, class T, class Hash = keyed_hash<Key>, class Lock = queued_lock,
+          class Policy = default_policy>
 class bucket_table {
+  template <class U>
+  using atomic = typename Policy::template atomic<U>;
   struct node {
     template <class... Args>
     node(const Key& k, std::uint64_t h, Args&&... args)
@@ -164,7 +175,7 @@ class bucket_table {
   struct bucket {
     Lock lock;
     // Written only under lock; read without it only as a hint (is it empty?).
-    std::atomic<node*> head{nullptr};
+    atomic<node*> head{nullptr};
   };
   // Nodes unlinked under a bucket lock; their events are raised and they are
   // destroyed once no lock is held (finish()).
@@ -183,6 +194,7 @@ class bucket_table {
   using mapped_type = T;
   using hasher = Hash;
   using lock_type = Lock;
+  using policy_type = Policy;
 
   // What events and for_each() see of an entry.
   class entry_view {
@@ -438,6 +450,14 @@ class bucket_table {
     delete n;
   }
 
+  static std::uint64_t sample_random() noexcept {
+    if constexpr (requires { Policy::random(); }) {
+      return Policy::random();
+    } else {
+      return detail::sample_random();
+    }
+  }
+
   // Reserves delta; over budget, evicts (at most eviction_attempts times) and
   // tries again. Holding held's lock (may be null); never evicts protect.
   bool try_charge(std::int64_t delta, bucket* held, node* protect, std::int64_t now,
@@ -448,10 +468,19 @@ class bucket_table {
     }
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     for (unsigned attempt = 0;; ++attempt) {
+#if defined(HOTPATH_MUTANT_BUCKET_CHECK_THEN_RESERVE)
+      // Mutant (tests/schedule/bucket_table.cpp): check, then reserve; two racing
+      // chargers can both see room and both keep.
+      if (mem_.compare(opt_.budget - delta) <= 0) {
+        mem_.add(delta);
+        return true;
+      }
+#else
       // Reserve first, then check: two racing chargers can both back out, never both keep.
       mem_.add(delta);
       if (mem_.compare(opt_.budget) <= 0) return true;
       mem_.add(-delta);
+#endif
       if (attempt == opt_.eviction_attempts) return false;
       evict(held, protect, now, rl);
     }
@@ -481,7 +510,7 @@ class bucket_table {
       const unsigned m = std::min(batch_max, max_probes - probe);
       probe += m;
       for (unsigned i = 0; i < m; ++i) {
-        batch[i] = &buckets_[static_cast<std::size_t>(detail::sample_random()) & mask_];
+        batch[i] = &buckets_[static_cast<std::size_t>(sample_random()) & mask_];
         __builtin_prefetch(batch[i]);
       }
       unsigned n = 0;
@@ -497,7 +526,12 @@ class bucket_table {
         bucket& b = *batch[i];
         if (&b == best_b) continue;
         const bool own = &b == held;
+#if defined(HOTPATH_MUTANT_BUCKET_EVICT_WAITS)
+        // Mutant: waits for a sampled bucket's lock while holding held's (deadlock).
+        if (!own) b.lock.lock();
+#else
         if (!own && !b.lock.try_lock()) continue;  // busy: being visited, so fresh
+#endif
         ++seen;
         node* before = rl.expired;
         expire_chain(b, now, protect, rl);
@@ -610,9 +644,9 @@ class bucket_table {
   Hash hash_;
   std::size_t mask_;
   std::unique_ptr<bucket[]> buckets_;
-  percpu_counter<std::int64_t> mem_;
-  percpu_counter<std::int64_t> count_;
-  alignas(cache_line_size) std::atomic<std::size_t> cursor_{0};
+  percpu_counter<std::int64_t, Policy> mem_;
+  percpu_counter<std::int64_t, Policy> count_;
+  alignas(cache_line_size) atomic<std::size_t> cursor_{0};
 };
 
 }  // namespace hotpath

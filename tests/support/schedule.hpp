@@ -364,6 +364,8 @@ struct policy {
     }
   }
   static unsigned current_cpu() noexcept { return choose(2); }
+  // bucket_table's eviction sampling: which buckets it probes is a scheduler decision.
+  static std::uint64_t random() noexcept { return choose(1u << 31); }
   // queued_lock's thread slot: the scheduled thread's id (0 outside run()).
   static std::uint32_t thread_slot() noexcept { return thread_id(); }
   template <class T>

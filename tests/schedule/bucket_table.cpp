@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: MIT
+// bucket_table under the deterministic scheduler: its bucket locks are queued_locks on
+// the scheduler's policy, and its bucket heads, sweep cursor, charge and count
+// counters are the scheduler's atomics (bucket_table's Policy parameter). A test-only
+// identity hash puts the keys in chosen buckets, so that threads collide on a bucket
+// and on a key. Values live in memory that outlives the seed (graveyard), so a read
+// of an entry after the table freed it is reported rather than undefined.
+//
+// Ghost state (which keys are present, how often each was visited) is kept in plain
+// variables updated inside visitors, under the bucket lock, where the table's own
+// state changes; fibers run one at a time, so the ghost is exact at every step.
+#include "hotpath/bucket_table.hpp"
+
+#include <array>
+#include <cstdint>
+
+#include "hotpath/queued_lock.hpp"
+#include "schedule/mutant.hpp"
+
+namespace {
+
+using namespace hotpath::test::sched;
+
+using table_policy = policy<wait, mutant>;
+#if defined(HOTPATH_MUTANT_BUCKET_RELAXED_LOCK)
+// A check of the properties themselves: a bucket lock whose acquire is relaxed
+// excludes, but a visitor no longer sees the previous owner's writes (a reader can
+// see a half-inserted entry).
+struct bucket_lock {
+  atomic<bool> held{false};
+  void lock() noexcept {
+    unsigned n = 0;
+    while (held.exchange(true, std::memory_order_relaxed))
+      (void)spin_wait::relax(n);
+  }
+  bool try_lock() noexcept { return !held.exchange(true, std::memory_order_relaxed); }
+  void unlock() noexcept { held.store(false, std::memory_order_release); }
+};
+#else
+using bucket_lock = hotpath::basic_queued_lock<table_policy>;
+#endif
+
+struct identity_hash {
+  std::uint64_t operator()(int k) const noexcept { return static_cast<std::uint64_t>(k); }
+};
+
+// An entry's value: a visit counter and its negation, written at separate steps, so
+// that a reader that overlaps a writer, or reads without a happens-before edge to the
+// creator (a half-inserted entry), is caught by the race detector or sees them differ.
+struct payload : graveyard_object {
+  explicit payload(int k) : key(k), visits(0), negated(0) {}
+  data<int> key;
+  data<int> visits;
+  data<int> negated;
+};
+struct value {
+  explicit value(int k) : p(new payload(k)) {}
+  ~value() { delete p; }
+  value(const value&) = delete;
+  value& operator=(const value&) = delete;
+  payload* p;
+};
+
+using table_type = hotpath::bucket_table<int, value, identity_hash, bucket_lock, table_policy>;
+
+// Reads the value whole; returns its visit count.
+int read_whole(const payload& p, int key) {
+  check(p.key.read() == key, "the entry holds its own key");
+  const int v = p.visits.read();
+  yield_point();
+  check(p.negated.read() == -v, "a value is read whole");
+  return v;
+}
+void bump(payload& p, int v) {
+  p.visits.write(v + 1);
+  yield_point();
+  p.negated.write(-(v + 1));
+}
+
+constexpr int max_key = 40;
+struct ghost_state {
+  std::array<bool, max_key> present{};
+  std::array<bool, max_key> gone{};  // evicted or expired (never created again)
+  std::array<int, max_key> visits{};
+  std::array<unsigned, max_key> changes{};  // creations and erasures so far
+  std::array<std::int64_t, max_key> charged{};
+  unsigned evicted = 0;
+  unsigned expired = 0;
+  unsigned refused = 0;
+};
+ghost_state ghost;  // touched only by the scheduled thread that runs
+
+// --- insert / find / erase on colliding keys --------------------------------------
+
+enum class op { upsert, upsert_erase, look, look_erase };
+struct step {
+  op what;
+  int key;
+};
+
+// find_or_create (or visit) key; the visitor checks the ghost and bumps the value.
+void apply(table_type& t, const step& s) {
+  const int k = s.key;
+  const bool erase = s.what == op::upsert_erase || s.what == op::look_erase;
+  auto visitor = [&](table_type::entry& e) {
+    check(e.key() == k, "the visitor gets the key it asked for");
+    if (e.created()) {
+      check(!ghost.present[k], "created only when absent");
+      ghost.present[k] = true;
+      ghost.visits[k] = 0;
+      ++ghost.changes[k];
+    }
+    check(ghost.present[k], "found only when present");
+    const int v = read_whole(*e.value().p, k);
+    check(v == ghost.visits[k], "one entry per key: every visit since its creation counted on it");
+    bump(*e.value().p, v);
+    ++ghost.visits[k];
+    if (erase) {
+      e.erase();
+      ghost.present[k] = false;
+      ++ghost.changes[k];
+    }
+  };
+  if (s.what == op::upsert || s.what == op::upsert_erase) {
+    check(t.find_or_create(k, 0, visitor, k), "no budget here: a creation never fails");
+    return;
+  }
+  const unsigned before = ghost.changes[k];
+  const bool was_present = ghost.present[k];
+  const bool found = t.visit(k, 0, visitor);
+  // Unchanged between the two reads: the key was absent all along, lookup included.
+  if (!found && ghost.changes[k] == before) check(!was_present, "a present key was not found");
+}
+
+// Once every thread has finished: the count, the charge and the contents are exact,
+// and erase(key) finds exactly the present keys.
+void check_quiescent(table_type& t, std::int64_t entry_charge) {
+  std::int64_t present = 0;
+  for (int k = 0; k < max_key; ++k)
+    present += ghost.present[k] ? 1 : 0;
+  check(t.size() == present, "size() counts the present keys");
+  check(t.charged() == present * entry_charge, "charged() is the sum of the entries' charges");
+  std::int64_t seen = 0;
+  t.for_each([&](table_type::entry_view& v) {
+    ++seen;
+    check(ghost.present[v.key()], "for_each sees only present keys");
+    check(read_whole(*v.value().p, v.key()) == ghost.visits[v.key()], "every visit counted");
+  });
+  check(seen == present, "for_each sees every present key once");
+  for (int k = 0; k < max_key; ++k)
+    check(t.erase(k) == ghost.present[k], "erase(key) finds exactly the present keys");
+  check(t.size() == 0 && t.charged() == 0, "empty once every key is erased");
+}
+
+// Three threads on four keys in two buckets (1 and 3 in one, 2 and 4 in the other):
+// creations, lookups and erasures of one key race, and so do those of two keys that
+// share a chain (an unlink next to a lookup).
+HOTPATH_PROPERTY(insert_find_erase, {}) {
+  ghost = {};
+  hotpath::bucket_table_options o;
+  o.buckets = 2;
+  o.entry_charge = 8;
+  {
+    table_type t(o);
+    static constexpr std::array<std::array<step, 3>, 3> plan = {{
+        {{{op::upsert, 1}, {op::upsert, 3}, {op::look_erase, 1}}},
+        {{{op::upsert, 3}, {op::look, 1}, {op::upsert_erase, 3}}},
+        {{{op::look, 3}, {op::upsert_erase, 1}, {op::upsert, 2}}},
+    }};
+    run(3, [&](unsigned id) {
+      for (const step& s : plan[id - 1])
+        apply(t, s);
+    });
+    check_quiescent(t, o.entry_charge);
+  }
+}
+
+// --- the budget, eviction and expiry ------------------------------------------------
+
+constexpr std::int64_t entry_charge = 20;
+constexpr std::int64_t extra_charge = 3;  // below the batch: stays in a cpu's word
+constexpr std::int64_t charge_batch = 4;
+constexpr std::int64_t budget = 60;
+
+// Records an entry that the table removed (evicted or expired). Runs after its
+// bucket lock was released, before the entry is destroyed.
+void removed(table_type::entry_view& v, unsigned& counter) {
+  const int k = v.key();
+  check(ghost.present[k] && !ghost.gone[k], "an entry is removed once");
+  check(v.charged() == ghost.charged[k], "an entry's charge is what it was charged");
+  (void)read_whole(*v.value().p, k);
+  ghost.present[k] = false;
+  ghost.gone[k] = true;
+  ++counter;
+}
+
+hotpath::bucket_table_options budget_options(std::int64_t ttl) {
+  hotpath::bucket_table_options o;
+  o.buckets = 4;
+  o.budget = budget;
+  o.ttl = ttl;
+  o.entry_charge = entry_charge;
+  o.charge_batch = charge_batch;
+  o.eviction_samples = 2;
+  o.eviction_attempts = 2;
+  return o;
+}
+table_type::events ghost_events() {
+  return {.on_expire = [](auto& v) { removed(v, ghost.expired); },
+          .on_evict = [](auto& v) { removed(v, ghost.evicted); }};
+}
+
+// The budget bound where nothing after the race can repair it: the table holds two
+// entries (40 of 60 bytes); two threads create one entry each, room for one, while
+// a third visits the old entries (their buckets are busy for an eviction). The
+// charged total must end within the budget (header: plus batch - 1 per thread), and
+// both creations succeed (the old entries are there to evict).
+HOTPATH_PROPERTY(budget, {}) {
+  ghost = {};
+  table_type t(budget_options(1000), ghost_events());
+  auto create = [&](int k) {
+    return static_cast<bool>(t.find_or_create(
+        k, 0,
+        [&](table_type::entry& e) {
+          check(e.created() && !ghost.present[k], "created only when absent");
+          ghost.present[k] = true;
+          ghost.charged[k] = entry_charge;
+        },
+        k));
+  };
+  check(create(1) && create(2), "two entries fit");
+  run(3, [&](unsigned id) {
+    if (id == 3) {
+      for (int k = 1; k <= 2; ++k)
+        t.visit(k, 0, [&](table_type::entry& e) {
+          check(!ghost.gone[k], "an evicted entry is visible again");
+          bump(*e.value().p, read_whole(*e.value().p, k));
+        });
+    } else {
+      check(create(static_cast<int>(id) + 2), "a creation evicts an old entry");
+    }
+  });
+  check(t.charged() <= budget + 3 * (charge_batch - 1), "charged() stays within the budget");
+  check(t.size() == 4 - static_cast<std::int64_t>(ghost.evicted), "size() counts the entries");
+  check(t.charged() == t.size() * entry_charge, "charged() is the sum of the entries' charges");
+}
+
+// Three threads create two keys each (in four buckets, so eviction samples others'
+// buckets while they are visited), charge a little more, and look up another
+// thread's keys; the budget holds about three entries, so creations evict or refuse;
+// entries expire a tick after their creation, and one thread sweeps.
+// Checked: the charged total ends within the budget (plus batch - 1 per thread),
+// charges and counts are exact, an entry removed (evicted, expired) raised one event
+// and is never found again, nor was it being visited then.
+HOTPATH_PROPERTY(evict_expire, {}) {
+  ghost = {};
+  {
+    table_type t(budget_options(1), ghost_events());
+    run(3, [&](unsigned id) {
+      std::int64_t now = 0;
+      auto visitor = [&](table_type::entry& e) {
+        const int k = e.key();
+        check(!ghost.gone[k], "an entry removed by the table is found again");
+        check(e.deadline() > now, "an expired entry is found");
+        if (e.created()) {
+          check(!ghost.present[k], "created only when absent");
+          ghost.present[k] = true;
+          ghost.charged[k] = entry_charge;
+        }
+        const int v = read_whole(*e.value().p, k);
+        bump(*e.value().p, v);
+        if (e.created() && e.charge(extra_charge)) ghost.charged[k] += extra_charge;
+        check(e.charged() == ghost.charged[k], "an entry's charge is what it was charged");
+      };
+      for (int i = 1; i <= 2; ++i, ++now) {
+        const int k = static_cast<int>(10 * id) + i;
+        if (!t.find_or_create(k, now, visitor, k)) ++ghost.refused;
+        const int other = static_cast<int>(10 * (id % 3 + 1)) + i;
+        const bool gone = ghost.gone[other];
+        if (t.visit(other, now, visitor)) check(!gone, "an evicted entry is visible again");
+      }
+      if (id == 3) t.sweep(now, 2);
+    });
+    const std::int64_t slack = 3 * (charge_batch - 1);
+    check(t.charged() <= budget + slack, "charged() stays within the budget");
+    std::int64_t sum = 0;
+    std::int64_t present = 0;
+    t.for_each([&](table_type::entry_view& v) {
+      check(ghost.present[v.key()] && !ghost.gone[v.key()], "only live entries remain");
+      check(v.charged() == ghost.charged[v.key()], "an entry's charge is what it was charged");
+      sum += v.charged();
+      ++present;
+    });
+    check(t.charged() == sum, "charged() is the sum of the entries' charges");
+    check(t.size() == present, "size() counts the entries");
+    check(6 == present + ghost.evicted + ghost.expired + ghost.refused,
+          "every creation is present, evicted, expired or refused");
+  }
+}
+
+}  // namespace
