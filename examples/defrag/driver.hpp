@@ -267,9 +267,11 @@ class handoff_ring {
 };
 
 struct alignas(64) worker_slot {
+  // What the other workers read (pace(), the final drain), on a line of its own: the
+  // counters below change per packet and would drag it back and forth between cores.
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
   std::atomic<bool> sent_all{false};     // every handoff of this worker is published
-  std::int64_t start_ns = 0;
+  alignas(64) std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t cpu_ns = 0;
   std::int64_t delivered_count = 0;
@@ -320,14 +322,20 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   locked(s, [&] { s.eng.expire(now, share); });
 }
 
-// One step of waiting for another worker: yields a while, then sleeps in short steps,
-// so that a worker preempted on the same core gets it back (yielding alone may hand
-// the core straight back to us).
+// One step of waiting for another worker: spins a little first (the other worker is
+// usually running, a few packets from letting us go: a system call per check cost
+// more than the wait), then yields a while, then sleeps in short steps, so that a
+// worker preempted on the same core gets it back (yielding alone may hand the core
+// straight back to us).
 inline void back_off(int round) {
-  if (round < 64)
+  if (round < 256) {
+    for (int k = 0; k < 16; ++k)
+      hotpath::detail::cpu_relax();
+  } else if (round < 320) {
     std::this_thread::yield();
-  else
+  } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 // Waits while this worker is more than `window` packets ahead of the slowest other one,
