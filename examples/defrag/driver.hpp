@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <latch>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -446,13 +445,17 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
     for (std::size_t k = 0; k < lists.size() * lists.size(); ++k)
       s.rings.push_back(std::make_unique<handoff_ring>());
   using clock = std::chrono::steady_clock;
-  std::latch ready(static_cast<std::ptrdiff_t>(lists.size()));
-  std::latch go(1);
+  // The workers start together: each waits, spinning first, until all have arrived.
+  // (Woken from a futex, the second one started tens of microseconds after the first,
+  // which spent them waiting for it in pace(): counted in the pass.)
+  std::atomic<std::size_t> arrived{0};
   std::vector<std::thread> threads;
   for (std::size_t w = 0; w < lists.size(); ++w) {
     threads.emplace_back([&, w] {
-      ready.count_down();
-      go.wait();
+      // Relaxed: a start signal only; the thread's creation orders what it reads.
+      arrived.fetch_add(1, std::memory_order_relaxed);
+      for (int round = 0; arrived.load(std::memory_order_relaxed) < lists.size(); ++round)
+        back_off(round);
       slots[w].start_ns = clock::now().time_since_epoch().count();
       std::int64_t cpu = thread_cpu_ns();
       if (keep)
@@ -463,8 +466,6 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
       slots[w].cpu_ns = thread_cpu_ns() - cpu;
     });
   }
-  ready.wait();
-  go.count_down();
   for (auto& t : threads)
     t.join();
   std::int64_t start = slots.front().start_ns, end = slots.front().end_ns;
