@@ -321,16 +321,18 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   locked(s, [&] { s.eng.expire(now, share); });
 }
 
-// One step of waiting for another worker: spins a little first (the other worker is
-// usually running, a few packets from letting us go: a system call per check cost
-// more than the wait), then yields a while, then sleeps in short steps, so that a
-// worker preempted on the same core gets it back (yielding alone may hand the core
-// straight back to us).
+// One step of waiting for another worker: spins first, up to about 0.8 ms here
+// (the other worker is usually running, a few packets from letting us go: a system
+// call per check cost more than the wait, and a sleep lets another process onto the
+// core, which evicts our cache and makes us the slower worker that the other one then
+// waits for), then yields a while, then sleeps in short steps, so that a worker
+// preempted on the same core gets it back (yielding alone may hand the core straight
+// back to us).
 inline void back_off(int round) {
-  if (round < 256) {
+  if (round < 2048) {
     for (int k = 0; k < 16; ++k)
       hotpath::detail::cpu_relax();
-  } else if (round < 320) {
+  } else if (round < 2112) {
     std::this_thread::yield();
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
