@@ -324,8 +324,8 @@ inline void maybe_expire(shared& s, std::int64_t now) {
 // One step of waiting for another worker: spins first, up to about 0.8 ms here
 // (the other worker is usually running, a few packets from letting us go: a system
 // call per check cost more than the wait, and a sleep lets another process onto the
-// core, which evicts our cache and makes us the slower worker that the other one then
-// waits for), then yields a while, then sleeps in short steps, so that a worker
+// core, whose run can evict our cache and leave us the slower worker, which the other
+// one then waits for), then yields a while, then sleeps in short steps, so that a worker
 // preempted on the same core gets it back (yielding alone may hand the core straight
 // back to us).
 inline void back_off(int round) {
