@@ -136,15 +136,18 @@ struct kernel_case {
   std::string file;
   unsigned threads;
   bool global_lock = false;
+  bool steer = true;
 };
 
 std::string kernel_case_name(const ::testing::TestParamInfo<kernel_case>& p) {
   return std::string(p.param.file.ends_with("ng") ? "pcapng" : "pcap") + "_threads" +
-         std::to_string(p.param.threads) + (p.param.global_lock ? "_global_lock" : "");
+         std::to_string(p.param.threads) + (p.param.global_lock ? "_global_lock" : "") +
+         (p.param.steer ? "" : "_no_steer");
 }
 
 void PrintTo(const kernel_case& c, std::ostream* os) {
-  *os << c.file << " at " << c.threads << " threads" << (c.global_lock ? ", global lock" : "");
+  *os << c.file << " at " << c.threads << " threads" << (c.global_lock ? ", global lock" : "")
+      << (c.steer ? "" : ", no steering");
 }
 
 class KernelCapture : public ::testing::TestWithParam<kernel_case> {};
@@ -163,7 +166,12 @@ TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
   defrag::driver::run_options o;
   o.threads = GetParam().threads;
   o.global_lock = GetParam().global_lock;
+  o.steer = GetParam().steer;
   auto r = defrag::driver::run(cap, o);
+  if (o.threads > 1 && o.steer)
+    EXPECT_GT(r.handed_off, 0);  // the steering path ran
+  else
+    EXPECT_EQ(r.handed_off, 0);
 
   std::multiset<std::string> want, got;
   std::map<std::string, std::string> names;
@@ -207,6 +215,7 @@ INSTANTIATE_TEST_SUITE_P(Seed1, KernelCapture,
                                            kernel_case{"kernel-seed1.pcapng", 4},
                                            kernel_case{"kernel-seed1.pcap", 1},
                                            kernel_case{"kernel-seed1.pcap", 4},
+                                           kernel_case{"kernel-seed1.pcapng", 4, false, false},
                                            kernel_case{"kernel-seed1.pcapng", 2, true}),
                          kernel_case_name);
 
@@ -239,6 +248,46 @@ TEST(DefragSpread, FragmentsOfOneDatagramReachDifferentWorkers) {
   for (const auto& [key, ws] : where)
     split += ws.size() > 1;
   EXPECT_GT(split * 3, where.size()) << split << " of " << where.size() << " datagrams split";
+}
+
+// Steering (the RPS-like handoff): every fragment of a datagram gets the same steering
+// hash, so one worker owns it; unfragmented packets get none and stay where RSS put them;
+// and the hash spreads the datagrams (both halves of 2 workers used).
+TEST(DefragSpread, SteeringHashIsPerDatagram) {
+  std::vector<defrag::pcap_io::capture> caps;
+  caps.push_back(defrag::pcap_io::read_capture((data_dir / "kernel-seed1.pcapng").string()));
+  defrag::synthetic::options so;
+  so.datagrams = 300;
+  caps.push_back(defrag::synthetic::generate(so).cap);
+  for (const auto& cap : caps) {
+    std::map<std::vector<std::uint8_t>, std::set<std::uint64_t>> hashes;  // key -> hashes
+    std::size_t fragments = 0;
+    for (const auto& p : cap.packets) {
+      auto ip = cap.ip(p);
+      defrag::packet_info pi;
+      const bool fragment =
+          defrag::parse(ip, pi) == defrag::parse_status::ok && pi.fragment && !pi.atomic;
+      auto h = defrag::driver::steer_hash(ip);
+      if (!fragment) {
+        if (defrag::parse(ip, pi) == defrag::parse_status::ok && !pi.fragment && !pi.atomic) {
+          EXPECT_FALSE(h);
+        }
+        continue;
+      }
+      ++fragments;
+      ASSERT_TRUE(h);
+      auto* k = reinterpret_cast<const std::uint8_t*>(&pi.key);
+      hashes[std::vector<std::uint8_t>(k, k + sizeof pi.key)].insert(*h);
+    }
+    ASSERT_GT(fragments, 100u);
+    std::size_t odd = 0;
+    for (const auto& [key, hs] : hashes) {
+      EXPECT_EQ(hs.size(), 1u) << "the fragments of one datagram steered apart";
+      odd += *hs.begin() % 2;
+    }
+    EXPECT_GT(odd * 5, hashes.size());
+    EXPECT_LT(odd * 5, hashes.size() * 4);
+  }
 }
 
 // ------------------------------------------------------------ capture I/O
@@ -472,9 +521,10 @@ TEST(DefragFlood, TenToOneDeliversAtLeast99Percent) {
   defrag::driver::run_options o;
   // The flood must be far more than the budget holds, or the test shows nothing.
   ASSERT_GT(static_cast<std::int64_t>(t.bogus_fragments) * 1500, 8 * o.cfg.budget_bytes);
-  for (unsigned threads : {1u, 2u}) {
-    SCOPED_TRACE(threads);
+  for (auto [threads, steer] : {std::pair{1u, true}, {2u, true}, {2u, false}}) {
+    SCOPED_TRACE(std::to_string(threads) + (steer ? " threads" : " threads, no steering"));
     o.threads = threads;
+    o.steer = steer;
     auto r = defrag::driver::run(t.cap, o);
     auto d = count_legit(r, t.legit_datagrams);
     EXPECT_GE(d.legit * 100, t.legit_datagrams * 99);

@@ -23,10 +23,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <latch>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -48,6 +48,11 @@ struct run_options {
   // and a worker far ahead would evict, under a flood, datagrams whose next fragments
   // a slower worker has yet to deliver.
   std::size_t window = 256;
+  // Hand each fragment that RSS gave to one worker over to the worker that owns its
+  // datagram (a hash of the datagram's key picks it), as RPS steers packets to a cpu:
+  // a datagram's table entry is then touched by one core only. Off: every worker
+  // feeds the engine what RSS gave it (the table is shared either way).
+  bool steer = true;
   // Called between passes of long runs with a line for stderr.
   std::function<void(const std::string&)> progress;
 };
@@ -62,9 +67,10 @@ struct delivered {
 
 struct run_result {
   std::vector<std::uint8_t> bytes;
-  std::vector<delivered> out;             // first pass, ordered by completed_by
-  stats first;                            // first pass, after the end-of-capture expiry
-  std::int64_t pending_at_end = 0;        // datagrams still incomplete when the capture ended
+  std::vector<delivered> out;       // first pass, ordered by completed_by
+  stats first;                      // first pass, after the end-of-capture expiry
+  std::int64_t pending_at_end = 0;  // datagrams still incomplete when the capture ended
+  std::int64_t handed_off = 0;  // first pass: packets handed to the worker owning their datagram
   std::vector<std::int64_t> pass_ns;      // wall time of every pass, the first one included
   std::vector<std::int64_t> pass_cpu_ns;  // CPU time of the workers, summed, every pass
   double ns_per_fragment = -1;  // median repeat pass (wall) / fragments in; -1 without repeat
@@ -131,6 +137,51 @@ inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
   return h;
 }
 
+// Steering hash of a fragment: its datagram's key (addresses and id, plus the protocol
+// for IPv4), so that every fragment of a datagram gets the same value; nullopt for
+// anything else (unfragmented, or too short to tell), which stays where RSS put it.
+// A cheap mix of a few loads, no validation: the engine parses what it is handed.
+// (Not keyed, as RSS's Toeplitz key usually is not secret either: an attacker can aim
+// fragments at one worker, which then does all the work, never wrong work.)
+inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip) {
+  auto mix = [](std::uint64_t h) {
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93;
+    h ^= h >> 32;
+    return h;
+  };
+  auto load64 = [&](std::size_t at) {
+    std::uint64_t v;
+    std::memcpy(&v, ip.data() + at, 8);
+    return v;
+  };
+  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
+    if ((pcap_io::load_be16(ip.data() + 6) & 0x3fff) == 0) return std::nullopt;  // MF, offset
+    std::uint64_t idp = std::uint64_t{pcap_io::load_be16(ip.data() + 4)} << 8 | ip[9];
+    return mix(load64(12) ^ mix(idp));
+  }
+  if (ip.size() >= 40 && ip[0] >> 4 == 6) {
+    unsigned next = ip[6];
+    std::size_t at = 40;
+    for (int hops = 0; hops < 8 && at + 8 <= ip.size(); ++hops) {
+      if (next == 0 || next == 43 || next == 60) {
+        next = ip[at];
+        at += (std::size_t{ip[at + 1]} + 1) * 8;
+      } else if (next == 51) {
+        next = ip[at];
+        at += (std::size_t{ip[at + 1]} + 2) * 4;
+      } else if (next == 44) {
+        std::uint32_t id;
+        std::memcpy(&id, ip.data() + at + 4, 4);
+        return mix(load64(8) ^ mix(load64(16) ^ mix(load64(24) ^ mix(load64(32) ^ id))));
+      } else {
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // Which packets each of `workers` workers receives, in capture order.
 inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers) {
   std::vector<std::vector<std::uint32_t>> lists(workers);
@@ -159,12 +210,71 @@ inline std::int64_t sweep_period_ns(const config& c) {
 // descriptors and headers of the packets it is about to hand up.
 inline constexpr std::size_t prefetch_ahead = 4;
 
+// A single-producer single-consumer ring of capture indices, from one worker to
+// another. The producer publishes its pushes once per batch and the consumer takes
+// everything published at once, so the index lines move between the cores once per
+// batch, not once per packet.
+class handoff_ring {
+ public:
+  static constexpr std::uint32_t capacity = 1024;
+
+  // Producer: false when full.
+  bool push(std::uint32_t v) noexcept {
+    if (tail_ - head_seen_ == capacity) {
+      // Acquire pairs with the release store in drain(): the slots it freed were read.
+      head_seen_ = head_.load(std::memory_order_acquire);
+      if (tail_ - head_seen_ == capacity) return false;
+    }
+    slots_[tail_ % capacity] = v;
+    ++tail_;
+    return true;
+  }
+  // Producer: makes the pushes so far visible to the consumer.
+  void publish() noexcept {
+    // Release pairs with the acquire load in drain(): the slots are written.
+    if (tail_ != published_seen_)
+      published_.store(published_seen_ = tail_, std::memory_order_release);
+  }
+  // Consumer: calls f(index) for everything published; `ahead(index)` is called a few
+  // entries before f reaches that entry (prefetching). Returns how many it took.
+  template <class F, class Ahead>
+  std::uint32_t drain(F&& f, Ahead&& ahead) {
+    // Acquire pairs with the release store in publish().
+    const std::uint32_t end = published_.load(std::memory_order_acquire);
+    const std::uint32_t begin = next_;
+    for (std::uint32_t k = begin; k != end && k - begin < prefetch; ++k)
+      ahead(slots_[k % capacity]);
+    for (; next_ != end; ++next_) {
+      if (end - next_ > prefetch) ahead(slots_[(next_ + prefetch) % capacity]);
+      f(slots_[next_ % capacity]);
+    }
+    // Release pairs with the acquire load in push(): these slots may be reused.
+    if (end != begin) head_.store(next_, std::memory_order_release);
+    return end - begin;
+  }
+
+ private:
+  static constexpr std::uint32_t prefetch = 4;
+  // Producer's own line, then the two shared words, then the consumer's own line.
+  alignas(64) std::uint32_t tail_ = 0;
+  std::uint32_t head_seen_ = 0;
+  std::uint32_t published_seen_ = 0;
+  alignas(64) std::atomic<std::uint32_t> published_{0};
+  alignas(64) std::atomic<std::uint32_t> head_{0};
+  alignas(64) std::uint32_t next_ = 0;
+  alignas(64) std::uint32_t slots_[capacity];
+};
+
 struct alignas(64) worker_slot {
+  // What the other workers read (pace(), the final drain), on a line of its own: the
+  // counters below change per packet and would drag it back and forth between cores.
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
-  std::int64_t start_ns = 0;
+  std::atomic<bool> sent_all{false};     // every handoff of this worker is published
+  alignas(64) std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t cpu_ns = 0;
   std::int64_t delivered_count = 0;
+  std::int64_t handed_off = 0;  // packets given to the worker owning their datagram
   std::vector<std::uint8_t> bytes;
   std::vector<delivered> out;
 };
@@ -177,6 +287,10 @@ struct shared {
   std::size_t window;
   std::int64_t sweep_ns;
   std::atomic<std::int64_t> next_tick;
+  // rings[from * workers + to]; empty when not steering.
+  std::vector<std::unique_ptr<handoff_ring>> rings;
+
+  handoff_ring& ring(std::size_t from, std::size_t to) { return *rings[from * slots.size() + to]; }
 };
 
 template <class F>
@@ -207,34 +321,45 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   locked(s, [&] { s.eng.expire(now, share); });
 }
 
-// Waits while this worker is more than `window` packets ahead of the slowest other one:
-// yields a while, then sleeps in short steps, so that a slower worker preempted on the
-// same core gets it back (yielding alone may hand the core straight back to us).
-inline void pace(shared& s, std::size_t me, std::size_t index) {
+// One step of waiting for another worker: spins first, up to about 0.8 ms here
+// (the other worker is usually running, a few packets from letting us go: a system
+// call per check cost more than the wait, and a sleep lets another process onto the
+// core, whose run can evict our cache and leave us the slower worker, which the other
+// one then waits for), then yields a while, then sleeps in short steps, so that a worker
+// preempted on the same core gets it back (yielding alone may hand the core straight
+// back to us).
+inline void back_off(int round) {
+  if (round < 2048) {
+    for (int k = 0; k < 16; ++k)
+      hotpath::detail::cpu_relax();
+  } else if (round < 2112) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Waits while this worker is more than `window` packets ahead of the slowest other one,
+// calling meanwhile() at every step (taking the handoffs of the others, which may be
+// waiting for room in a ring to us).
+template <class F>
+void pace(shared& s, std::size_t me, std::size_t index, F&& meanwhile) {
   for (int round = 0;; ++round) {
     std::size_t slowest = done;
     for (std::size_t w = 0; w < s.slots.size(); ++w)
       if (w != me) slowest = std::min(slowest, s.slots[w].position.load(std::memory_order_relaxed));
     if (slowest == done || index <= slowest + s.window) return;
-    if (round < 64)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    meanwhile();
+    back_off(round);
   }
 }
 
 template <bool Keep>
 void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   worker_slot& slot = s.slots[me];
-  std::size_t n = 0;
-  for (std::uint32_t i : mine) {
-    if (n + prefetch_ahead < mine.size())
-      __builtin_prefetch(s.cap.ip(s.cap.packets[mine[n + prefetch_ahead]]).data());
-    if ((n++ & 15) == 0) {
-      // Relaxed: a pacing hint only; no data is published through it.
-      slot.position.store(i, std::memory_order_relaxed);
-      pace(s, me, i);
-    }
+  const std::size_t workers = s.slots.size();
+  const bool steer = !s.rings.empty();
+  auto process = [&](std::uint32_t i) {
     const pcap_io::record& r = s.cap.packets[i];
     maybe_expire(s, r.ts_ns);
     auto out = [&](std::span<const std::uint8_t> d) {
@@ -246,8 +371,65 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
       }
     };
     locked(s, [&] { s.eng.input_borrowed(r.ts_ns, s.cap.ip(r), out); });
+  };
+  auto prefetch = [&](std::uint32_t i) { __builtin_prefetch(s.cap.ip(s.cap.packets[i]).data()); };
+  // Takes what the other workers handed to this one; returns how many.
+  auto take = [&] {
+    std::uint32_t got = 0;
+    for (std::size_t w = 0; w < workers; ++w)
+      if (w != me) got += s.ring(w, me).drain(process, prefetch);
+    return got;
+  };
+  auto publish = [&] {
+    for (std::size_t w = 0; w < workers; ++w)
+      if (w != me) s.ring(me, w).publish();
+  };
+  std::size_t n = 0;
+  for (std::uint32_t i : mine) {
+    if (n + prefetch_ahead < mine.size()) prefetch(mine[n + prefetch_ahead]);
+    if ((n++ & 15) == 0) {
+      if (steer) {
+        publish();
+        take();
+      }
+      // Relaxed: a pacing hint only; no data is published through it.
+      slot.position.store(i, std::memory_order_relaxed);
+      pace(s, me, i, [&] {
+        if (steer) take();
+      });
+    }
+    if (steer) {
+      if (const auto h = steer_hash(s.cap.ip(s.cap.packets[i]))) {
+        const std::size_t owner = static_cast<std::size_t>(*h % workers);
+        if (owner != me) {
+          for (int round = 0; !s.ring(me, owner).push(i); ++round) {
+            publish();  // the owner may be waiting for us in pace()
+            if (take() == 0) back_off(round);
+          }
+          ++slot.handed_off;
+          continue;
+        }
+      }
+    }
+    process(i);
   }
   slot.position.store(done, std::memory_order_relaxed);
+  if (!steer) return;
+  publish();
+  // Release pairs with the acquire loads below: our last handoffs are published.
+  slot.sent_all.store(true, std::memory_order_release);
+  for (int round = 0;;) {
+    bool all = true;
+    for (std::size_t w = 0; w < workers; ++w)
+      all = all && s.slots[w].sent_all.load(std::memory_order_acquire);
+    if (take() != 0) {
+      round = 0;
+    } else if (all) {
+      break;  // nothing was published after sent_all, and we took everything before it
+    } else {
+      back_off(round++);
+    }
+  }
 }
 
 // One pass on a fresh engine; returns its wall time (ns): from the first worker's
@@ -258,17 +440,24 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
   shared s{eng,      o.global_lock ? &global : nullptr,     cap, slots,
-           o.window, sweep_period_ns(eng.initial_config()), {}};
+           o.window, sweep_period_ns(eng.initial_config()), {},  {}};
   std::int64_t first_ts = cap.packets.empty() ? 0 : cap.packets.front().ts_ns;
   s.next_tick.store(first_ts + tick_ns, std::memory_order_relaxed);
+  if (o.steer && lists.size() > 1)
+    for (std::size_t k = 0; k < lists.size() * lists.size(); ++k)
+      s.rings.push_back(std::make_unique<handoff_ring>());
   using clock = std::chrono::steady_clock;
-  std::latch ready(static_cast<std::ptrdiff_t>(lists.size()));
-  std::latch go(1);
+  // The workers start together: each waits, spinning first, until all have arrived.
+  // (Woken from a futex, the second one started tens of microseconds after the first,
+  // which spent them waiting for it in pace(): counted in the pass.)
+  std::atomic<std::size_t> arrived{0};
   std::vector<std::thread> threads;
   for (std::size_t w = 0; w < lists.size(); ++w) {
     threads.emplace_back([&, w] {
-      ready.count_down();
-      go.wait();
+      // Relaxed: a start signal only; the thread's creation orders what it reads.
+      arrived.fetch_add(1, std::memory_order_relaxed);
+      for (int round = 0; arrived.load(std::memory_order_relaxed) < lists.size(); ++round)
+        back_off(round);
       slots[w].start_ns = clock::now().time_since_epoch().count();
       std::int64_t cpu = thread_cpu_ns();
       if (keep)
@@ -279,8 +468,6 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
       slots[w].cpu_ns = thread_cpu_ns() - cpu;
     });
   }
-  ready.wait();
-  go.count_down();
   for (auto& t : threads)
     t.join();
   std::int64_t start = slots.front().start_ns, end = slots.front().end_ns;
@@ -333,6 +520,8 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     res.pass_ns.push_back(detail::pass(*eng, cap, lists, o, true, slots));
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     res.pending_at_end = detail::expire_all(*eng, cap);
+    for (const auto& sl : slots)
+      res.handed_off += sl.handed_off;
     res.first = eng->snapshot();
     // Merge the workers' outputs by completing packet.
     std::vector<std::pair<const detail::worker_slot*, const delivered*>> all;

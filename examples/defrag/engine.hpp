@@ -167,6 +167,9 @@ class engine {
       for (std::size_t f = 0; f < stats_group && g * stats_group + f < ncounters; ++f)
         s.v[g * stats_group + f] = part[f];
     }
+    // Every fragment in is taken into reassembly, as in the kernel's ipv4/ipv6 input:
+    // one per-cpu add per fragment, not two.
+    s.v[static_cast<std::size_t>(counter::reasm_reqds)] = s[counter::fragments_in];
     s.memory_bytes = table_.charged();
     note_peak(s.memory_bytes);
     // Relaxed: a statistic (see note_peak).
@@ -201,9 +204,8 @@ class engine {
               bool borrowed) {
     packet_info pi;
     if (parse(ip, pi) != parse_status::ok) return inc(counter::malformed);
-    if (pi.atomic) {  // ipv6_frag_rcv lets it through, counted ReasmOKs
-      inc(counter::fragments_in);
-      inc(counter::reasm_reqds);
+    if (pi.atomic) {               // ipv6_frag_rcv lets it through, counted ReasmOKs
+      inc(counter::fragments_in);  // and ReasmReqds (snapshot())
       inc(counter::reasm_oks);
       std::span<const std::uint8_t> pkt;
       byte_buffer b = strip_atomic_fragment(pi, ip, pkt);
@@ -215,8 +217,7 @@ class engine {
       out(ip.first(pi.length));  // without link-layer padding
       return;
     }
-    inc(counter::fragments_in);
-    inc(counter::reasm_reqds);
+    inc(counter::fragments_in);  // and ReasmReqds (snapshot())
     policy pol;
     std::int64_t timeout;
     std::uint32_t max_fragments;

@@ -50,6 +50,9 @@ options:
   --threads N        worker threads sharing one engine (default: 1)
   --global-lock      one std::mutex around the whole engine: the baseline that the
                      per-bucket locking is measured against
+  --no-steer         each worker feeds the engine what RSS gave it; by default a
+                     fragment is handed to the worker that owns its datagram (a hash
+                     of the datagram's key picks it), as RPS steers packets to a cpu
   --budget BYTES     memory budget, in the kernel's truesize units (default: 4194304);
                      a suffix k or M multiplies by 1024 or 1048576
   --timeout S        reassembly timeout in seconds of capture time, IPv4 and IPv6
@@ -147,6 +150,8 @@ options parse(int argc, char** argv) {
       o.run.threads = parse_number<unsigned>(a, value(), 1, 256);
     } else if (a == "--global-lock") {
       o.run.global_lock = true;
+    } else if (a == "--no-steer") {
+      o.run.steer = false;
     } else if (a == "--budget") {
       o.run.cfg.budget_bytes = parse_bytes(a, value());
     } else if (a == "--timeout") {
@@ -255,6 +260,8 @@ void print_summary(std::ostream& os, const report& rep) {
     line("  " + std::string(defrag::name(k)), st[k]);
   }
   line("incomplete at end", rep.r.pending_at_end, "(expired once the capture ended)");
+  if (rep.r.handed_off > 0)
+    line("handed off", rep.r.handed_off, "(fragments steered to their datagram's worker)");
   std::int64_t budget = o.run.cfg.budget_bytes;
   std::ostringstream pct;
   pct.precision(1);
@@ -321,6 +328,7 @@ void write_json(std::ostream& os, const report& rep) {
     os << "  " << str(defrag::name(static_cast<counter>(c))) << ": " << st[static_cast<counter>(c)]
        << ",\n";
   os << "  \"pending_at_end\": " << rep.r.pending_at_end << ",\n";
+  os << "  \"handed_off\": " << rep.r.handed_off << ",\n";
   os << "  \"peak_memory_bytes\": " << st.peak_memory_bytes << ",\n";
   os << "  \"budget_bytes\": " << o.run.cfg.budget_bytes << ",\n";
   if (rep.legit) {
