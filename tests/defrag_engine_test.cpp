@@ -12,6 +12,7 @@
 #include <deque>
 #include <fstream>
 #include <iterator>
+#include <latch>
 #include <map>
 #include <random>
 #include <string>
@@ -1008,7 +1009,7 @@ void many_threads(policy pol, bool reconfigure_meanwhile, bool borrowed = false)
   for (auto& s : share)
     std::shuffle(s.begin(), s.end(), rng);
   std::vector<std::vector<bytes>> got(threads);
-  std::atomic<unsigned> ready{0};
+  std::latch ready(threads);  // every worker starts once all run: they contend
   std::atomic<bool> stop{false};
   std::thread toggler;
   if (reconfigure_meanwhile) {
@@ -1025,9 +1026,7 @@ void many_threads(policy pol, bool reconfigure_meanwhile, bool borrowed = false)
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      ready.fetch_add(1, std::memory_order_acq_rel);
-      while (ready.load(std::memory_order_acquire) < threads)
-        std::this_thread::yield();
+      ready.arrive_and_wait();
       auto out = [&](std::span<const std::uint8_t> d) { got[t].emplace_back(d.begin(), d.end()); };
       for (const bytes& p : share[t]) {
         if (borrowed)
