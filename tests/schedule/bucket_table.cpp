@@ -7,8 +7,9 @@
 // of an entry after the table freed it is reported rather than undefined.
 //
 // Ghost state (which keys are present, how often each was visited) is kept in plain
-// variables updated inside visitors, under the bucket lock, where the table's own
-// state changes; fibers run one at a time, so the ghost is exact at every step.
+// variables, updated inside visitors (under the bucket lock, where the table's own
+// state changes) and in the eviction and expiry events (after the table unlinked the
+// entry); fibers run one at a time, so what a check compares it with is exact.
 #include "hotpath/bucket_table.hpp"
 
 #include <array>
