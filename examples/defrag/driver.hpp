@@ -3,13 +3,16 @@
 // RSS would feed them: each packet goes to the worker its hash picks, by 5-tuple where
 // the ports are visible (unfragmented packets and first fragments), else by addresses,
 // so the fragments of one datagram reach different workers. Time is capture time.
+// Unless steering is off (--no-steer), the receiving worker then hands each fragment
+// to the worker that owns its datagram (a hash of its key), as RPS steers packets to
+// a cpu after RSS: one datagram's state stays on one core, the table stays shared.
 //
-// Each worker takes its packets in capture order. Workers keep within `window` packets
-// of each other's position in the capture, as packets that arrived together in real
-// time are handled together: capture time (the engine's clock) and the table's
-// contents then mean nearly the same thing on every worker. Expiry is driven by
-// capture time too: whichever worker first sees a millisecond tick pass sweeps a share
-// of the buckets, so that every bucket is swept once per quarter of the shorter timeout.
+// Each worker takes its packets in capture order (handed-off ones as they arrive). Workers keep
+// within `window` packets of each other's position in the capture, as packets that arrived together
+// in real time are handled together: capture time (the engine's clock) and the table's contents
+// then mean nearly the same thing on every worker. Expiry is driven by capture time too: whichever
+// worker first sees a millisecond tick pass sweeps a share of the buckets, so that every bucket is
+// swept once per quarter of the shorter timeout.
 //
 // Output order: by the capture position of the packet that completed each datagram
 // (for an unfragmented packet, the packet itself). With one worker that is the order of

@@ -47,7 +47,7 @@ options:
   -w, --write FILE   the output capture ("-": standard output); none if absent
   --policy P         overlap policy: linux (default: Linux 6.x), first, last, bsd,
                      bsd-right, linux-legacy, windows, solaris
-  --threads N        worker threads sharing one engine (default: 1)
+  --threads N        worker threads sharing one engine, 1-64 (default: 1)
   --global-lock      one std::mutex around the whole engine: the baseline that the
                      per-bucket locking is measured against
   --no-steer         each worker feeds the engine what RSS gave it; by default a
@@ -147,7 +147,7 @@ options parse(int argc, char** argv) {
       if (!p) throw bad_option("--policy: unknown policy '" + std::string(v) + "'");
       o.run.cfg.pol = *p;
     } else if (a == "--threads") {
-      o.run.threads = parse_number<unsigned>(a, value(), 1, 256);
+      o.run.threads = parse_number<unsigned>(a, value(), 1, 64);
     } else if (a == "--global-lock") {
       o.run.global_lock = true;
     } else if (a == "--no-steer") {

@@ -96,6 +96,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 #include "hotpath/detail/annotations.hpp"
 #include "hotpath/detail/config.hpp"
@@ -391,7 +392,11 @@ class queued_core {
   // operations with the same effect on the other bytes; other atomics take the
   // word-wide paths (the RMW unlock).
 #if defined(__GNUC__)
-  static constexpr bool byte_ops = detail::raw_futex_ok<atomic<std::uint32_t>>;
+  // Exactly std::atomic: a test's atomic derived from it (which may sleep on the raw
+  // futex) overrides the RMWs to watch the word, so it must take the word-wide paths.
+  static constexpr bool byte_ops =
+      std::is_same_v<atomic<std::uint32_t>, std::atomic<std::uint32_t>> &&
+      detail::raw_futex_ok<atomic<std::uint32_t>>;
 #else
   static constexpr bool byte_ops = false;
 #endif
@@ -521,8 +526,9 @@ class queued_core {
   // queue. The kernel sets the bit with a fetch-or and withdraws it if a tail had
   // appeared; a thread preempted between the two would hold the queue head (which
   // waits for pending to clear) for its whole time slice. The kernel runs that window
-  // with preemption off; user space cannot, so the bit is never set on a queue. On
-  // x86 the fetch-or whose result is used compiles to a CAS loop anyway: no cost.
+  // with preemption off; user space cannot, so the bit is never set on a queue. (Our
+  // fetch-or, whose whole result was used, already compiled to a CAS loop on x86;
+  // the kernel's x86 claim is a `lock bts` and a load.)
   void lock_slow() noexcept {
     std::uint32_t val = word_.load(std::memory_order_relaxed);
     // Relaxed: the claim orders nothing; pending_wait()'s acquire takes the lock.

@@ -153,9 +153,10 @@ void check_quiescent(table_type& t, std::int64_t entry_charge) {
   check(t.size() == 0 && t.charged() == 0, "empty once every key is erased");
 }
 
-// Three threads on four keys in two buckets (1 and 3 in one, 2 and 4 in the other):
+// Three threads on three keys in two buckets (1 and 3 share one, 2 is alone):
 // creations, lookups and erasures of one key race, and so do those of two keys that
-// share a chain (an unlink next to a lookup).
+// share a chain (an unlink next to a lookup); key 2 checks the other bucket stays
+// apart.
 HOTPATH_PROPERTY(insert_find_erase, {}) {
   ghost = {};
   hotpath::bucket_table_options o;
