@@ -149,34 +149,54 @@ family fam(int v) {
 // input_borrowed() (keeping pointers into packets the harness keeps alive): it must
 // deliver the same bytes and count the same as input(), packet after packet.
 struct harness {
-  explicit harness(defrag::config c = {}) : e(c, fixed_key), twin(c, fixed_key) {}
+  // Three engines: e (copies, delivers contiguous packets), twin (borrows, delivers
+  // datagram_views), viewed (copies, delivers datagram_views): the same packets out.
+  explicit harness(defrag::config c = {})
+      : e(c, fixed_key), twin(c, fixed_key), viewed(c, fixed_key) {}
   void feed(const bytes& p, std::int64_t t = 0) {
     const std::size_t before = out.size();
     e.input(t, p, [&](std::span<const std::uint8_t> d) { out.emplace_back(d.begin(), d.end()); });
-    std::vector<bytes> borrowed_out;
-    twin.input_borrowed(t, lent.emplace_back(p), [&](std::span<const std::uint8_t> d) {
-      borrowed_out.emplace_back(d.begin(), d.end());
-    });
+    std::vector<bytes> borrowed_out, viewed_out;
+    auto flatten = [](std::vector<bytes>& to) {
+      return [&to](const defrag::datagram_view& d) {
+        d.copy_to(to.emplace_back(d.size()).data());
+        std::size_t n = 0;  // for_each_span() walks the same bytes
+        d.for_each_span([&](std::span<const std::uint8_t> s) {
+          EXPECT_TRUE(std::equal(s.begin(), s.end(), to.back().begin() + static_cast<long>(n)));
+          n += s.size();
+        });
+        EXPECT_EQ(n, d.size());
+      };
+    };
+    twin.input_borrowed(t, lent.emplace_back(p), flatten(borrowed_out));
+    viewed.input(t, p, flatten(viewed_out));
     EXPECT_TRUE(std::equal(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
                            borrowed_out.begin(), borrowed_out.end()))
         << "input_borrowed() delivered other packets than input()";
+    EXPECT_TRUE(std::equal(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
+                           viewed_out.begin(), viewed_out.end()))
+        << "datagram_views hold other packets than the contiguous ones";
     expect_twins();
   }
   // On both engines.
   std::size_t expire(std::int64_t now, std::size_t buckets) {
     const std::size_t n = e.expire(now, buckets);
     EXPECT_EQ(twin.expire(now, buckets), n);
+    EXPECT_EQ(viewed.expire(now, buckets), n);
     expect_twins();
     return n;
   }
   void reconfigure(const defrag::config& c) {
     e.reconfigure(c);
     twin.reconfigure(c);
+    viewed.reconfigure(c);
   }
   void expect_twins() const {
-    const defrag::stats a = e.snapshot(), b = twin.snapshot();
+    const defrag::stats a = e.snapshot(), b = twin.snapshot(), v = viewed.snapshot();
     EXPECT_EQ(a.v, b.v) << "input_borrowed() counted otherwise than input()";
     EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+    EXPECT_EQ(a.v, v.v) << "delivering views counted otherwise than delivering packets";
+    EXPECT_EQ(a.memory_bytes, v.memory_bytes);
   }
   void feed(const family& f, const std::vector<frag>& fs, std::int64_t t = 0) {
     for (const auto& x : fs)
@@ -186,6 +206,7 @@ struct harness {
   defrag::engine e;
   std::deque<bytes> lent;  // outlives twin, which points into it
   defrag::engine twin;
+  defrag::engine viewed;
   std::vector<bytes> out;
 };
 

@@ -19,9 +19,13 @@
 // - Statistics are per-cpu counters (hotpath::percpu_stats), named after the kernel's
 //   IPSTATS_MIB_REASM* where one exists. Policy, timeouts and max_fragments are read
 //   through a hotpath::rcu_cell on every packet: reconfigure() changes them live.
-// - out() runs on the calling thread after the bucket lock is released; the packet it
-//   gets is built then, in a buffer of its own, from the fragments the datagram kept
-//   (copies, or with input_borrowed() the caller's packets themselves).
+// - out() runs on the calling thread after the bucket lock is released. An out that
+//   takes std::span<const std::uint8_t> gets the packet contiguous, built then, in a
+//   buffer of its own, from the fragments the datagram kept (copies, or with
+//   input_borrowed() the caller's packets themselves); one that takes
+//   const datagram_view& gets it as a rebuilt header and payload pieces pointing into
+//   those fragments, not copied (as DPDK hands out a chain of mbufs), copy_to() when
+//   it must be contiguous.
 //   Unfragmented packets go out unchanged (cut to their IP length: no link padding);
 //   an IPv6 atomic fragment, which Linux delivers, goes out without its fragment header.
 #pragma once
@@ -34,6 +38,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "hotpath/bucket_table.hpp"
@@ -136,8 +141,10 @@ class engine {
   // Thread-safe: many workers call input() at once. `ip` starts at the IPv4 or IPv6
   // header (link layer already stripped); now_ns is capture time. For every packet a
   // host would deliver (a reassembled datagram, rebuilt as the host sees it, or an
-  // unfragmented packet unchanged) calls out(std::span<const std::uint8_t>) exactly once,
-  // from the calling thread, outside any table lock. Anything not delivered is counted.
+  // unfragmented packet unchanged) calls out(std::span<const std::uint8_t>), or
+  // out(const datagram_view&) if out takes that, exactly once, from the calling thread,
+  // outside any table lock; what it gets is valid during that call only. Anything not
+  // delivered is counted.
   template <class Out>
   void input(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
     inc(counter::packets_in);
@@ -213,9 +220,7 @@ class engine {
     }
     if (!pi.fragment) {
       if (depth == 0) inc(counter::passthrough);
-      inc(counter::datagrams_out);
-      out(ip.first(pi.length));  // without link-layer padding
-      return;
+      return emit(ip.first(pi.length), out);  // without link-layer padding
     }
     inc(counter::fragments_in);  // and ReasmReqds (snapshot())
     policy pol;
@@ -264,6 +269,18 @@ class engine {
         return;
       case outcome::complete: {
         inc(counter::reasm_oks);
+        if constexpr (takes_view<Out>) {
+          // Handed out as header + pieces, no copy, when the host would deliver it as
+          // it is: IPv4, or IPv6 whose payload starts with an upper-layer header (one
+          // that parse() would not walk into: see deliver()).
+          datagram_view v;
+          const bool as_is = done.family() == 4 || !reparsed_v6(done.payload_nexthdr());
+          if (as_is && (done.family() == 4 || depth + 1 < max_depth) && done.view(v)) {
+            inc(counter::datagrams_out);
+            out(std::as_const(v));
+            return;
+          }
+        }
         std::span<const std::uint8_t> pkt;
         const byte_buffer b = done.build(pkt);
         return deliver(now_ns, pkt, out, depth);
@@ -285,8 +302,28 @@ class engine {
       if (depth + 1 >= max_depth) return inc(counter::malformed);
       return handle(now_ns, pkt, out, depth + 1, false);  // pkt dies when we return
     }
+    emit(pkt, out);
+  }
+
+  template <class Out>
+  static constexpr bool takes_view = std::is_invocable_v<Out&, const datagram_view&>;
+
+  // Next headers that make parse() read on into an IPv6 packet's payload: extension
+  // headers (the fragment header too). Any other one, and parse() of a reassembled
+  // datagram stops at its header: it is delivered unchanged.
+  static bool reparsed_v6(std::uint8_t nh) noexcept {
+    return detail::is_v6_extension(nh) || nh == 44;
+  }
+
+  template <class Out>
+  void emit(std::span<const std::uint8_t> pkt, Out& out) {
     inc(counter::datagrams_out);
-    out(pkt);
+    if constexpr (takes_view<Out>) {
+      const datagram_view v(pkt);
+      out(v);
+    } else {
+      out(pkt);
+    }
   }
 
   static config sanitize(config c) {

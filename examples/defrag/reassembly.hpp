@@ -330,6 +330,44 @@ struct piece_source {
   const std::uint8_t* src;
 };
 
+// A datagram handed out without copying it: its header (rebuilt, in storage of the
+// view's own) and then its payload as pieces in offset order, pointing into the
+// fragments the datagram kept, as DPDK hands out a chain of mbufs. Valid only while
+// the engine's out() call that received it runs. Also wraps a contiguous packet
+// (header() is then the whole packet and there are no pieces).
+class datagram_view {
+ public:
+  datagram_view() = default;
+  explicit datagram_view(std::span<const std::uint8_t> pkt) noexcept : header_(pkt) {}
+  datagram_view(const datagram_view&) = delete;
+  datagram_view& operator=(const datagram_view&) = delete;
+
+  std::size_t size() const noexcept { return header_.size() + payload_len_; }
+  std::span<const std::uint8_t> header() const noexcept { return header_; }
+  // Calls f(std::span<const std::uint8_t>) for the header, then for every piece, in order.
+  template <class F>
+  void for_each_span(F&& f) const {
+    f(header_);
+    for (const piece_source& p : pieces_)
+      f(std::span<const std::uint8_t>(p.src, std::min(p.end, payload_len_) - p.start));
+  }
+  // Writes the packet, contiguous, to dst (size() bytes).
+  void copy_to(std::uint8_t* dst) const noexcept {
+    for_each_span([&](std::span<const std::uint8_t> s) {
+      if (!s.empty()) std::memcpy(dst, s.data(), s.size());
+      dst += s.size();
+    });
+  }
+
+ private:
+  friend class datagram;
+  std::span<const std::uint8_t> header_;
+  std::span<const piece_source> pieces_;  // cover [0, payload_len_) exactly, sorted
+  std::uint32_t payload_len_ = 0;
+  std::array<std::uint8_t, 128> small_{};  // the rebuilt header when it fits
+  byte_buffer large_;                      // else
+};
+
 class datagram {
  public:
   static constexpr std::uint32_t max_ip_len = 65535;
@@ -387,6 +425,8 @@ class datagram {
       if (n == 0) return {outcome::duplicate, why::none};
       // Applied in arrival order by build(): a later fragment's survivors overwrite
       // what it won from earlier ones.
+      // A resolved overlap leaves pieces whose bytes later pieces overwrite.
+      if (r.overlapped) disjoint_ = false;
       for (std::size_t i = 0; i < n; ++i)
         writes_.push_back(
             {survivors[i].start, survivors[i].end, data + (survivors[i].start - off)});
@@ -419,6 +459,49 @@ class datagram {
     std::uint8_t* payload = h + hlen_;
     for (const piece_source& w : writes_)
       std::memcpy(payload + w.start, w.src, std::min(w.end, len_) - w.start);
+    fix_header(h);
+    pkt = {h, total};
+    return b;
+  }
+
+  // The same datagram as build() makes, without copying its payload: fills v (valid as
+  // long as this datagram lives unchanged) and returns true, or returns false when its
+  // pieces overlap (a target-based policy resolved an overlap: build() applies them in
+  // arrival order). Call after add() returned complete.
+  bool view(datagram_view& v) {
+    if (!disjoint_) return false;
+    // Pieces arrive in any order; sort them by offset (they are disjoint and cover the
+    // payload exactly: meat_ == len_). Usually sorted already.
+    auto by_start = [](const piece_source& a, const piece_source& b) { return a.start < b.start; };
+    if (!std::is_sorted(writes_.begin(), writes_.end(), by_start))
+      std::sort(writes_.begin(), writes_.end(), by_start);
+    std::uint8_t* h = v.small_.data();
+    if (hlen_ > v.small_.size()) {
+      v.large_.grow(hlen_, 0);
+      h = v.large_.data();
+    }
+    std::memcpy(h, hdr_, hlen_);
+    fix_header(h);
+    v.header_ = {h, hlen_};
+    v.pieces_ = {writes_.data(), writes_.size()};
+    v.payload_len_ = len_;
+    return true;
+  }
+
+  // The IPv6 next header of the payload: what follows the rebuilt header.
+  std::uint8_t payload_nexthdr() const noexcept { return frag_nexthdr_; }
+  std::uint8_t family() const noexcept { return family_; }
+
+  std::uint32_t fragments() const noexcept { return nfrags_; }
+  std::uint32_t known_length() const noexcept { return len_; }
+  std::size_t intervals() const noexcept { return iv_.size(); }
+
+ private:
+  static constexpr std::size_t kMaxSurvivors = 64;
+
+  // Rewrites the first fragment's header at h as the reassembled datagram's.
+  void fix_header(std::uint8_t* h) const noexcept {
+    const std::uint32_t total = hlen_ + len_;
     const std::uint8_t ecn = combined_ecn(ecn_mask_);
     if (family_ == 4) {
       store_be16(h + 2, static_cast<std::uint16_t>(total));
@@ -432,16 +515,7 @@ class datagram {
       h[prev_nexthdr_off_] = frag_nexthdr_;
       h[1] |= static_cast<std::uint8_t>(ecn << 4);
     }
-    pkt = {h, total};
-    return b;
   }
-
-  std::uint32_t fragments() const noexcept { return nfrags_; }
-  std::uint32_t known_length() const noexcept { return len_; }
-  std::size_t intervals() const noexcept { return iv_.size(); }
-
- private:
-  static constexpr std::size_t kMaxSurvivors = 64;
 
   // A copied packet: a buffer from buffer_pool whose first bytes link it into the
   // datagram's list of blocks, the packet after them.
@@ -626,6 +700,7 @@ class datagram {
   std::uint8_t ecn_mask_ = 0;
   bool first_in_ = false;
   bool last_in_ = false;
+  bool disjoint_ = true;  // writes_ do not overlap (always so under linux)
 };
 
 }  // namespace defrag

@@ -61,11 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(ip.data() >= frame.data() && ip.data() + ip.size() <= frame.data() + frame.size(),
           "the IP packet lies inside its frame");
     ++inputs;
-    auto out = [&](std::span<const std::uint8_t> pkt) {
+    // eng hands out datagram_views (no copy), again contiguous packets: both paths.
+    auto out = [&](const defrag::datagram_view& pkt) {
       ++delivered;
-      check(!pkt.empty() && pkt.size() <= 65535 + 40, "a delivered packet has a sane length");
-      // Copy: the engine owns pkt's bytes only for the duration of out().
-      std::vector<std::uint8_t> copy(pkt.begin(), pkt.end());
+      check(pkt.size() != 0 && pkt.size() <= 65535 + 40, "a delivered packet has a sane length");
+      // Copy: the view points into the engine's fragments only during out().
+      std::vector<std::uint8_t> copy(pkt.size());
+      pkt.copy_to(copy.data());
       int passed = 0;
       again.input(now, copy, [&](std::span<const std::uint8_t> same) {
         ++passed;
