@@ -20,6 +20,8 @@
 // differ from run to run, so only the multiset of datagrams is reproducible.
 #pragma once
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -200,14 +202,22 @@ inline constexpr std::size_t done = std::numeric_limits<std::size_t>::max();
 inline std::int64_t thread_cpu_ns() {
   return hotpath::measure::thread_cpu_time().count();
 }
-inline constexpr std::int64_t tick_ns = 1'000'000;  // expiry runs at most once a tick
 // Every bucket is swept once per shorter timeout: a datagram that no fragment comes
 // back for is reclaimed at most one timeout late (one that is looked up, or sampled
 // for eviction when memory runs short, goes at its deadline). The cost is per second
 // of capture time, not per packet, and it is the whole table's: on the kernel capture
 // (469 fragments in 18 s) a sweep per quarter timeout cost a fifth of the pass.
 inline std::int64_t sweep_period_ns(const config& c) {
-  return std::max<std::int64_t>(tick_ns, std::min(c.timeout_v4_ns, c.timeout_v6_ns));
+  return std::max<std::int64_t>(1'000'000, std::min(c.timeout_v4_ns, c.timeout_v6_ns));
+}
+// Expiry runs at most once a tick of capture time, and a tick is long enough for its
+// share to be a batch of buckets (at least 1 ms): a sweep call has a cost of its own
+// (the shared cursor), which a sparse capture would otherwise pay at every packet for
+// a bucket or two (30 s / 4096 buckets x 64: about 0.5 s by default).
+inline constexpr std::size_t sweep_batch = 64;
+inline std::int64_t sweep_tick_ns(const config& c) {
+  const auto per_bucket = sweep_period_ns(c) / static_cast<std::int64_t>(c.buckets);
+  return std::max<std::int64_t>(1'000'000, per_bucket * static_cast<std::int64_t>(sweep_batch));
 }
 // Packets ahead whose IP header is prefetched, as a NIC driver prefetches the
 // descriptors and headers of the packets it is about to hand up.
@@ -289,6 +299,7 @@ struct shared {
   std::vector<worker_slot>& slots;
   std::size_t window;
   std::int64_t sweep_ns;
+  std::int64_t tick_ns;
   std::atomic<std::int64_t> next_tick;
   // rings[from * workers + to]; empty when not steering.
   std::vector<std::unique_ptr<handoff_ring>> rings;
@@ -312,8 +323,9 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   // Relaxed: the tick only spaces sweeps out; the engine's locks order what they touch.
   std::int64_t tick = s.next_tick.load(std::memory_order_relaxed);
   if (now < tick) return;
-  if (!s.next_tick.compare_exchange_strong(tick, now + tick_ns, std::memory_order_relaxed)) return;
-  std::int64_t since = now - (tick - tick_ns);
+  if (!s.next_tick.compare_exchange_strong(tick, now + s.tick_ns, std::memory_order_relaxed))
+    return;
+  std::int64_t since = now - (tick - s.tick_ns);
   std::size_t buckets = s.eng.initial_config().buckets;
   std::size_t share =
       since >= s.sweep_ns
@@ -447,10 +459,18 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
                          const std::vector<std::vector<std::uint32_t>>& lists, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
-  shared s{eng,      o.global_lock ? &global : nullptr,     cap, slots,
-           o.window, sweep_period_ns(eng.initial_config()), {},  {}};
+  const config& c = eng.initial_config();
+  shared s{eng,
+           o.global_lock ? &global : nullptr,
+           cap,
+           slots,
+           o.window,
+           sweep_period_ns(c),
+           sweep_tick_ns(c),
+           {},
+           {}};
   std::int64_t first_ts = cap.packets.empty() ? 0 : cap.packets.front().ts_ns;
-  s.next_tick.store(first_ts + tick_ns, std::memory_order_relaxed);
+  s.next_tick.store(first_ts + s.tick_ns, std::memory_order_relaxed);
   if (o.steer && lists.size() > 1)
     for (std::size_t k = 0; k < lists.size() * lists.size(); ++k)
       s.rings.push_back(std::make_unique<handoff_ring>());
@@ -462,6 +482,7 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
   std::vector<std::thread> threads;
   for (std::size_t w = 0; w < lists.size(); ++w) {
     threads.emplace_back([&, w] {
+      pthread_setname_np(pthread_self(), "defrag-worker");  // for perf --comm, top -H
       // Relaxed: a start signal only; the thread's creation orders what it reads.
       arrived.fetch_add(1, std::memory_order_relaxed);
       for (int round = 0; arrived.load(std::memory_order_relaxed) < lists.size(); ++round)
