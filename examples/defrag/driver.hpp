@@ -94,95 +94,105 @@ struct run_result {
   }
 };
 
-// RSS-like hash of an IP packet: addresses, plus protocol and ports when they are
-// visible in this packet. (FNV-1a, then a finaliser: spreading, not security.)
-inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
-  std::uint64_t h = 0xcbf29ce484222325;
-  auto add = [&](std::span<const std::uint8_t> b) {
-    for (std::uint8_t x : b)
-      h = (h ^ x) * 0x100000001b3;
-  };
-  auto is_l4 = [](unsigned p) { return p == 6 || p == 17 || p == 132; };  // TCP, UDP, SCTP
-  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
-    std::size_t ihl = std::size_t{ip[0] & 15u} * 4;
-    add(ip.subspan(12, 8));
-    bool first = (pcap_io::load_be16(ip.data() + 6) & 0x1fff) == 0;
-    if (first && ihl >= 20 && is_l4(ip[9]) && ip.size() >= ihl + 4) {
-      add(ip.subspan(9, 1));
-      add(ip.subspan(ihl, 4));
-    }
-  } else if (ip.size() >= 40 && ip[0] >> 4 == 6) {
-    add(ip.subspan(8, 32));
-    unsigned next = ip[6];
-    std::size_t at = 40;
-    for (int hops = 0; hops < 8 && at + 8 <= ip.size(); ++hops) {
-      if (next == 0 || next == 43 || next == 60) {  // hop-by-hop, routing, destination
-        next = ip[at];
-        at += (std::size_t{ip[at + 1]} + 1) * 8;
-      } else if (next == 51) {  // authentication header
-        next = ip[at];
-        at += (std::size_t{ip[at + 1]} + 2) * 4;
-      } else if (next == 44) {  // fragment: ports only in the first one
-        if ((pcap_io::load_be16(ip.data() + at + 2) & 0xfff8) != 0) break;
-        next = ip[at];
-        at += 8;
-      } else {
-        break;
-      }
-    }
-    if (is_l4(next) && at + 4 <= ip.size()) {
-      std::uint8_t p = static_cast<std::uint8_t>(next);
-      add({&p, 1});
-      add(ip.subspan(at, 4));
-    }
-  }
+namespace detail {
+// A 64-bit mixer (the finaliser of MurmurHash3): spreading, not security.
+inline std::uint64_t mix(std::uint64_t h) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccd;
   h ^= h >> 33;
   return h;
 }
+inline std::uint64_t load64(std::span<const std::uint8_t> ip, std::size_t at) {
+  std::uint64_t v;
+  std::memcpy(&v, ip.data() + at, 8);
+  return v;
+}
+// The addresses of an IPv4 (8 bytes at 12) or IPv6 (32 bytes at 8) header, mixed.
+inline std::uint64_t address_hash(std::span<const std::uint8_t> ip, bool v6) {
+  if (!v6) return mix(load64(ip, 12));
+  return mix(mix(mix(mix(load64(ip, 8)) ^ load64(ip, 16)) ^ load64(ip, 24)) ^ load64(ip, 32));
+}
+inline std::uint64_t with_ports(std::uint64_t h, unsigned protocol, const std::uint8_t* ports) {
+  std::uint32_t p;
+  std::memcpy(&p, ports, 4);
+  return mix(h ^ (std::uint64_t{p} << 8 | protocol));
+}
+inline bool is_l4(unsigned p) {
+  return p == 6 || p == 17 || p == 132;
+}  // TCP, UDP, SCTP
+// IPv6: walks the extension headers; returns the offset and type of the header after
+// them, stopping at a fragment header that is not the first (then *fragment is set).
+inline std::size_t v6_upper(std::span<const std::uint8_t> ip, unsigned& next, bool& fragment) {
+  next = ip[6];
+  std::size_t at = 40;
+  for (int hops = 0; hops < 8 && at + 8 <= ip.size(); ++hops) {
+    if (next == 0 || next == 43 || next == 60) {  // hop-by-hop, routing, destination
+      next = ip[at];
+      at += (std::size_t{ip[at + 1]} + 1) * 8;
+    } else if (next == 51) {  // authentication header
+      next = ip[at];
+      at += (std::size_t{ip[at + 1]} + 2) * 4;
+    } else if (next == 44) {
+      fragment = true;
+      if ((pcap_io::load_be16(ip.data() + at + 2) & 0xfff8) != 0) break;  // not the first
+      next = ip[at];
+      at += 8;
+    } else {
+      break;
+    }
+  }
+  return at;
+}
+}  // namespace detail
 
-// Steering hash of a fragment: its datagram's key (addresses and id, plus the protocol
-// for IPv4), so that every fragment of a datagram gets the same value; nullopt for
-// anything else (unfragmented, or too short to tell), which stays where RSS put it.
-// A cheap mix of a few loads, no validation: the engine parses what it is handed.
-// (Not keyed, as RSS's Toeplitz key usually is not secret either: an attacker can aim
-// fragments at one worker, which then does all the work, never wrong work.)
-inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip) {
-  auto mix = [](std::uint64_t h) {
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93;
-    h ^= h >> 32;
-    return h;
-  };
-  auto load64 = [&](std::size_t at) {
-    std::uint64_t v;
-    std::memcpy(&v, ip.data() + at, 8);
-    return v;
-  };
+// RSS-like hash of an IP packet: addresses, plus protocol and ports when they are
+// visible in this packet (unfragmented, or a first fragment).
+inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
   if (ip.size() >= 20 && ip[0] >> 4 == 4) {
-    if ((pcap_io::load_be16(ip.data() + 6) & 0x3fff) == 0) return std::nullopt;  // MF, offset
-    std::uint64_t idp = std::uint64_t{pcap_io::load_be16(ip.data() + 4)} << 8 | ip[9];
-    return mix(load64(12) ^ mix(idp));
+    const std::uint64_t h = detail::address_hash(ip, false);
+    std::size_t ihl = std::size_t{ip[0] & 15u} * 4;
+    bool first = (pcap_io::load_be16(ip.data() + 6) & 0x1fff) == 0;
+    if (first && ihl >= 20 && detail::is_l4(ip[9]) && ip.size() >= ihl + 4)
+      return detail::with_ports(h, ip[9], ip.data() + ihl);
+    return h;
   }
   if (ip.size() >= 40 && ip[0] >> 4 == 6) {
-    unsigned next = ip[6];
-    std::size_t at = 40;
-    for (int hops = 0; hops < 8 && at + 8 <= ip.size(); ++hops) {
-      if (next == 0 || next == 43 || next == 60) {
-        next = ip[at];
-        at += (std::size_t{ip[at + 1]} + 1) * 8;
-      } else if (next == 51) {
-        next = ip[at];
-        at += (std::size_t{ip[at + 1]} + 2) * 4;
-      } else if (next == 44) {
-        std::uint32_t id;
-        std::memcpy(&id, ip.data() + at + 4, 4);
-        return mix(load64(8) ^ mix(load64(16) ^ mix(load64(24) ^ mix(load64(32) ^ id))));
-      } else {
-        break;
-      }
-    }
+    const std::uint64_t h = detail::address_hash(ip, true);
+    unsigned next = 0;
+    bool fragment = false;
+    const std::size_t at = detail::v6_upper(ip, next, fragment);
+    if (detail::is_l4(next) && at + 4 <= ip.size())
+      return detail::with_ports(h, next, ip.data() + at);
+    return h;
+  }
+  return 0;
+}
+
+// Which of n workers a hash picks (multiply and shift: a division costs tens of cycles).
+inline std::size_t pick(std::uint64_t h, std::size_t n) {
+  __extension__ using u128 = unsigned __int128;
+  return static_cast<std::size_t>((static_cast<u128>(h) * n) >> 64);
+}
+
+// Steering hash of a fragment: the RSS hash of its addresses alone, as the kernel's
+// RPS hashes fragments (no ports, which only the first fragment carries). Every
+// fragment of a datagram gets the same value, and it is the one RSS gave the
+// fragments without ports: those are already on their owner, and only the first
+// fragment, which RSS spread by its ports, is handed over. nullopt for anything else
+// (unfragmented, or too short to tell), which stays where RSS put it. No validation:
+// the engine parses what it is handed. (Not keyed, as RSS's Toeplitz key usually is not
+// secret either: traffic between few hosts, or an attacker, can load one worker with
+// all of it, which then does all the work, never wrong work.)
+inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip) {
+  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
+    if ((pcap_io::load_be16(ip.data() + 6) & 0x3fff) == 0) return std::nullopt;  // MF, offset
+    return detail::address_hash(ip, false);
+  }
+  if (ip.size() >= 40 && ip[0] >> 4 == 6) {
+    unsigned next = 0;
+    bool fragment = false;
+    detail::v6_upper(ip, next, fragment);
+    if (fragment) return detail::address_hash(ip, true);
   }
   return std::nullopt;
 }
@@ -191,7 +201,7 @@ inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip)
 inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers) {
   std::vector<std::vector<std::uint32_t>> lists(workers);
   for (std::size_t i = 0; i < c.packets.size(); ++i)
-    lists[rss_hash(c.ip(c.packets[i])) % workers].push_back(static_cast<std::uint32_t>(i));
+    lists[pick(rss_hash(c.ip(c.packets[i])), workers)].push_back(static_cast<std::uint32_t>(i));
   return lists;
 }
 
@@ -406,6 +416,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   };
   std::size_t n = 0;
   for (std::uint32_t i : mine) {
+    // The record first (its offset locates the packet), then the packet's header.
+    if (n + 4 * prefetch_ahead < mine.size())
+      __builtin_prefetch(&s.cap.packets[mine[n + 4 * prefetch_ahead]]);
     if (n + prefetch_ahead < mine.size()) prefetch(mine[n + prefetch_ahead]);
     if ((n++ & 15) == 0) {
       if (steer) {
@@ -420,7 +433,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     }
     if (steer) {
       if (const auto h = steer_hash(s.cap.ip(s.cap.packets[i]))) {
-        const std::size_t owner = static_cast<std::size_t>(*h % workers);
+        const std::size_t owner = pick(*h, workers);
         if (owner != me) {
           for (int round = 0; !s.ring(me, owner).push(i); ++round) {
             publish();  // the owner may be waiting for us in pace()
