@@ -345,7 +345,7 @@ class bucket_table {
     std::size_t expired = 0;
     for (std::size_t i = 0; i < max_buckets && i <= mask_; ++i) {
       bucket& b = buckets_[(start + i) & mask_];
-      // Hints: nothing there, or nothing due yet (the lock would find the same).
+      // Relaxed hints: nothing there, or nothing due yet (the lock would find the same).
       if (!b.head.load(std::memory_order_relaxed) || b.due.load(std::memory_order_relaxed) > now)
         continue;
       reclaim_lists rl;
@@ -621,6 +621,7 @@ class bucket_table {
         }
         bucket& b = *batch[taken++];
         if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
+        // Relaxed: hints, checked under the lock before they decide (lower_hint()).
         s[have++] = {&b, b.oldest.load(std::memory_order_relaxed),
                      b.due.load(std::memory_order_relaxed), false};
       }
@@ -676,7 +677,7 @@ class bucket_table {
       unlink(*best_b, prev, best);
       uncharge(best);
       reclaim_lists::push(rl.evicted, best);
-      rehint(*best_b);  // its chain is in cache: the next sample of it needs no lock
+      rehint(*best_b);  // its chain is in cache; exact hints spare a later walk here
     }
     if (best_b && best_b != held) best_b->lock.unlock();
   }
