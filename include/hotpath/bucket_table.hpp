@@ -595,35 +595,30 @@ class bucket_table {
     const unsigned max_probes = 8 * want;
     unsigned probes = 0;
     random_indices pick(index_bits_);
-    constexpr unsigned batch_max = 16;
-    bucket* batch[batch_max];  // [taken, found): non-empty buckets not yet drawn
-    unsigned taken = 0;
-    unsigned found = 0;
+    // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
     auto draw = [&] {
-      while (have < want) {
-        if (taken == found) {
-          if (probes == max_probes) return;
-          const unsigned m = std::min(batch_max, max_probes - probes);
-          probes += m;
-          for (unsigned i = 0; i < m; ++i) {
-            batch[i] = &buckets_[pick.next() & mask_];
-            __builtin_prefetch(batch[i]);
-          }
-          // Keeps the non-empty ones without a branch: whether a random bucket is
-          // empty cannot be predicted. (A hint, read without the lock: an empty
-          // bucket is not worth its lock.)
-          taken = found = 0;
-          for (unsigned i = 0; i < m; ++i) {
-            batch[found] = batch[i];
-            found += batch[i]->head.load(std::memory_order_relaxed) != nullptr;
-          }
-          continue;
+      while (have < want && probes < max_probes) {
+        // Probes until as many non-empty buckets are found as are still wanted,
+        // keeping them without a branch: whether a random bucket is empty cannot be
+        // predicted. The probes' loads do not depend on one another, so their cache
+        // misses overlap. (A hint, read without the lock: an empty bucket is not
+        // worth its lock.)
+        bucket* found[max_eviction_samples];
+        const unsigned need = want - have;
+        unsigned n = 0;
+        while (n < need && probes < max_probes) {
+          bucket* b = &buckets_[pick.next() & mask_];
+          ++probes;
+          found[n] = b;
+          n += b->head.load(std::memory_order_relaxed) != nullptr;
         }
-        bucket& b = *batch[taken++];
-        if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
-        // Relaxed: hints, checked under the lock before they decide (lower_hint()).
-        s[have++] = {&b, b.oldest.load(std::memory_order_relaxed),
-                     b.due.load(std::memory_order_relaxed), false};
+        for (unsigned i = 0; i < n; ++i) {
+          bucket& b = *found[i];
+          if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
+          // Relaxed: hints, checked under the lock before they decide (lower_hint()).
+          s[have++] = {&b, b.oldest.load(std::memory_order_relaxed),
+                       b.due.load(std::memory_order_relaxed), false};
+        }
       }
     };
     draw();
