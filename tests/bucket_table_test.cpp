@@ -247,6 +247,69 @@ TEST(BucketTable, OverBudgetExpiredGoFirstThenLeastRecentlyTouched) {
   EXPECT_LE(t.charged(), 1000);
 }
 
+// Eviction reads each sampled bucket's hints (lower bounds of its entries' last_used
+// and deadline) without its lock, and walks only the buckets that may hold an entry
+// older than the oldest found. With two buckets and eight samples (64 probes) both
+// buckets are sampled, so the victim is the oldest entry of the table: every way of
+// moving an entry's times back must lower the hints, and a hint left too low by a
+// removal must not decide the victim by itself.
+TEST(BucketTable, EvictionHintsNeverHideTheOldestEntry) {
+  struct fixture {
+    std::vector<std::uint32_t> expired, evicted;
+    table t;
+    std::array<std::vector<flow_key>, 2> keys;  // the first keys of buckets 0 and 1
+    explicit fixture(std::int64_t entries)
+        : t(small_options(2, entries * 100),
+            {.on_expire = [this](auto& v) { expired.push_back(v.value().tag); },
+             .on_evict = [this](auto& v) { evicted.push_back(v.value().tag); }}) {
+      for (std::uint32_t i = 0; keys[0].size() < 4 || keys[1].size() < 4; ++i) {
+        auto& in = keys[t.bucket_index(key_of(i))];
+        if (in.size() < 4) in.push_back(key_of(i));
+      }
+    }
+    // Creates key i of bucket b at now, tagged 10 b + i.
+    void create(unsigned b, unsigned i, std::int64_t now) {
+      ASSERT_TRUE(t.find_or_create(
+          keys[b][i], now, [](auto&) {}, 10 * b + i));
+    }
+  };
+  {  // touch() moves last_used back: bucket 1's entry 1 becomes the oldest.
+    fixture f(4);
+    f.create(0, 0, 10), f.create(0, 1, 11), f.create(1, 0, 12), f.create(1, 1, 13);
+    EXPECT_TRUE(f.t.visit(f.keys[1][1], 20, [](auto& e) { e.touch(1); }));
+    f.create(0, 2, 30);
+    EXPECT_EQ(f.evicted, std::vector<std::uint32_t>{11});
+  }
+  {  // A visit whose `now` is older (another worker's clock) moves last_used back.
+    fixture f(4);
+    f.create(0, 0, 10), f.create(0, 1, 11), f.create(1, 0, 12), f.create(1, 1, 13);
+    EXPECT_TRUE(f.t.visit(f.keys[1][0], 2, [](auto&) {}));
+    f.create(0, 2, 30);
+    EXPECT_EQ(f.evicted, std::vector<std::uint32_t>{10});
+  }
+  {  // set_deadline() moves the deadline back: the expired entry goes, none is evicted.
+    fixture f(4);
+    f.create(0, 0, 10), f.create(0, 1, 11), f.create(1, 0, 12), f.create(1, 1, 13);
+    EXPECT_TRUE(f.t.visit(f.keys[1][1], 20, [](auto& e) { e.set_deadline(25); }));
+    f.create(0, 2, 30);
+    EXPECT_EQ(f.expired, std::vector<std::uint32_t>{11});
+    EXPECT_TRUE(f.evicted.empty());
+    // And sweep() finds what set_deadline() made due.
+    EXPECT_TRUE(f.t.visit(f.keys[0][1], 31, [](auto& e) { e.set_deadline(35); }));
+    EXPECT_EQ(f.t.sweep(40, 2), 1u);
+    EXPECT_EQ(f.expired, (std::vector<std::uint32_t>{11, 1}));
+  }
+  {  // Bucket 0's hint stays at the erased entry's 10; its oldest entry is 30, and
+     // bucket 1's (20) is older: walking bucket 0 alone would evict the wrong one.
+    fixture f(3);
+    f.create(0, 0, 10), f.create(1, 0, 20), f.create(0, 1, 30);
+    EXPECT_TRUE(f.t.erase(f.keys[0][0]));
+    f.create(1, 1, 40);
+    f.create(0, 2, 50);
+    EXPECT_EQ(f.evicted, std::vector<std::uint32_t>{10});
+  }
+}
+
 // Live entries, touched now and then, survive a flood of new keys that are never
 // touched again: the victims are the flood's own oldest.
 TEST(BucketTable, FloodOfNewKeysEvictsItsOwnOldestNotLiveEntries) {

@@ -10,7 +10,8 @@
 //     touches no shared line until the table is near its budget
 //   - a deadline in the caller's clock (any int64: ns of capture time replays
 //     offline); expired entries go lazily when their bucket is visited, and sweep()
-//     walks a bounded number of buckets per call
+//     visits a bounded number of buckets per call (locking only those where
+//     something may be due)
 //   - over budget, a charge evicts instead of refusing: it samples a few random
 //     buckets and removes what has expired there, else the least recently touched
 //     entry seen (approximate LRU, O(1) buckets per charge, no global list)
@@ -54,15 +55,24 @@
 //
 // Eviction policy and guarantee. A positive charge first reserves its delta; if
 // compare() then finds the total over the budget, it backs the delta out and evicts:
-// it samples random non-empty buckets (eviction_samples of them, skipping those
-// whose lock is busy: try_lock only, since it may hold the lock of the bucket it is
-// visiting), removes every expired entry it sees there, and if that was not enough,
-// the least recently touched entry among those it saw, then tries again (at most
-// eviction_attempts times). It never evicts the entry being visited. So an
-// insertion never fails while sampled buckets hold entries, stale entries (expired,
-// or old) go before fresh ones, and no flood of new keys locks out live traffic:
-// under a flood, the victim is the oldest of about k = eviction_samples random
-// buckets' entries. A live entry last touched at time t is evicted only if every
+// it samples k = eviction_samples distinct random non-empty buckets (at most 8k
+// probes), removes every expired entry there, and if there was none, the least
+// recently touched entry of those buckets, then tries again (at most
+// eviction_attempts times). It does so without walking every sampled bucket: each
+// bucket keeps two hints, written under its lock and read without it, that never
+// exceed the least last_used and the least deadline of its entries (exact after a
+// walk of its whole chain). Sampling reads only the hints; then, each under its lock,
+// it expires the sampled buckets whose deadline hint has come, and walks the others
+// in order of their last_used hint until the next hint is no older than the oldest
+// entry found: none left unwalked can hold an older one. (Under a flood of entries
+// created and not touched again the hints are exact, and it walks one bucket.) Locks
+// are taken with try_lock only, since it may hold the lock of the bucket it is
+// visiting; a sampled bucket found busy is being visited, so fresh, and another is
+// sampled in its place. It never evicts the entry being visited. So an insertion
+// never fails while sampled buckets hold entries, stale entries (expired, or old) go
+// before fresh ones, and no flood of new keys locks out live traffic: under a flood,
+// the victim is the oldest of the entries of k random buckets (as they were when
+// their hints were read). A live entry last touched at time t is evicted only if every
 // sampled bucket holds nothing older: if a fraction q of the occupied buckets hold
 // only entries touched after t, one eviction removes an entry touched after t with
 // probability at most q^k (with k = 8: 0.4% for q = 1/2, 43% for q = 0.9). To evict
@@ -87,7 +97,7 @@
 // for every fragment anyway.
 //
 // Lock and Policy. Lock is the bucket lock (any Lockable with try_lock()). Policy
-// gives the atomic template of the bucket heads, the sweep cursor and the two
+// gives the atomic template of the bucket heads and hints, the sweep cursor and the two
 // percpu_counters (detail/policy.hpp); default_policy is std::atomic, as
 // percpu_counter's own default. A policy that defines random() (its low bits pick a
 // bucket) replaces the per-thread generator of eviction sampling. The deterministic
@@ -123,7 +133,7 @@ struct bucket_table_options {
   std::int64_t budget = std::int64_t{4} << 20;
   // A new entry's deadline is now + ttl (saturating); the default never expires.
   std::int64_t ttl = std::numeric_limits<std::int64_t>::max();
-  // Non-empty buckets inspected per eviction (k of the guarantee).
+  // Non-empty buckets sampled per eviction (k of the guarantee), 1 to 64.
   unsigned eviction_samples = 8;
   // Evictions a charge may make before it gives up and refuses.
   unsigned eviction_attempts = 4;
@@ -172,10 +182,16 @@ class bucket_table {
     Key key;
     T value;
   };
-  struct bucket {
+  // Hints: written only under the bucket's lock, read without it by eviction and
+  // sweep(), which check what they pick under the lock. Each is a lower bound of its
+  // field over the bucket's entries (raised to the exact minimum when a walk of the
+  // whole chain sees them all), INT64_MAX when empty. 32 bytes with queued_lock, so
+  // two buckets share a line and none straddles one.
+  struct alignas(32) bucket {
     Lock lock;
-    // Written only under lock; read without it only as a hint (is it empty?).
     atomic<node*> head{nullptr};
+    atomic<std::int64_t> oldest{std::numeric_limits<std::int64_t>::max()};  // last_used
+    atomic<std::int64_t> due{std::numeric_limits<std::int64_t>::max()};     // deadline
   };
   // Nodes unlinked under a bucket lock; their events are raised and they are
   // destroyed once no lock is held (finish()).
@@ -195,6 +211,8 @@ class bucket_table {
   using hasher = Hash;
   using lock_type = Lock;
   using policy_type = Policy;
+  // The most eviction_samples can be (a larger option is lowered to it).
+  static constexpr unsigned max_eviction_samples = 64;
 
   // What events and for_each() see of an entry.
   class entry_view {
@@ -226,8 +244,14 @@ class bucket_table {
       this->n_->charged += delta;
       return true;
     }
-    void set_deadline(std::int64_t t) noexcept { this->n_->deadline = t; }
-    void touch(std::int64_t t) noexcept { this->n_->last_used = t; }
+    void set_deadline(std::int64_t t) noexcept {
+      this->n_->deadline = t;
+      lower_hint(b_->due, t);
+    }
+    void touch(std::int64_t t) noexcept {
+      this->n_->last_used = t;
+      lower_hint(b_->oldest, t);
+    }
     // Unlinks the entry when the visitor returns; destroyed after the lock is released.
     void erase() noexcept { erase_ = true; }
     bool erased() const noexcept { return erase_; }
@@ -257,9 +281,10 @@ class bucket_table {
         events_(std::move(ev)),
         hash_(std::move(hash)),
         mask_(std::bit_ceil(opt.buckets < 1 ? std::size_t{1} : opt.buckets) - 1),
+        index_bits_(static_cast<unsigned>(std::popcount(mask_))),
         buckets_(new bucket[mask_ + 1]) {
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
-    if (opt_.eviction_samples < 1) opt_.eviction_samples = 1;
+    opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     std::int64_t batch = opt_.charge_batch;
     if (batch <= 0)
       batch = std::max<std::int64_t>(
@@ -312,14 +337,17 @@ class bucket_table {
   }
 
   // Expires what is due in the next max_buckets buckets (a cursor shared by all
-  // callers walks the table round). Returns the number of entries expired.
+  // callers walks the table round); a bucket whose deadline hint has not come is not
+  // locked. Returns the number of entries expired.
   std::size_t sweep(std::int64_t now, std::size_t max_buckets) {
     // Relaxed: the cursor only spreads sweepers over the table.
     const std::size_t start = cursor_.fetch_add(max_buckets, std::memory_order_relaxed);
     std::size_t expired = 0;
     for (std::size_t i = 0; i < max_buckets && i <= mask_; ++i) {
       bucket& b = buckets_[(start + i) & mask_];
-      if (!b.head.load(std::memory_order_relaxed)) continue;
+      // Relaxed hints: nothing there, or nothing due yet (the lock would find the same).
+      if (!b.head.load(std::memory_order_relaxed) || b.due.load(std::memory_order_relaxed) > now)
+        continue;
       reclaim_lists rl;
       {
         std::scoped_lock g(b.lock);
@@ -387,10 +415,41 @@ class bucket_table {
       b.head.store(n->next, std::memory_order_relaxed);  // under the lock; peeks are hints
   }
 
+  // Holding b's lock: lowers a hint of b to cover t.
+  static void lower_hint(atomic<std::int64_t>& hint, std::int64_t t) noexcept {
+    // Relaxed, as every access to a hint: the bucket lock orders the writers, and a
+    // reader without the lock checks under the lock what the hint made it choose.
+#if defined(HOTPATH_MUTANT_BUCKET_HINT_NOT_LOWERED)
+    // Mutant (tests/bucket_table_test.cpp): an entry's times move back, its hint not.
+    (void)hint, (void)t;
+#else
+    if (t < hint.load(std::memory_order_relaxed)) hint.store(t, std::memory_order_relaxed);
+#endif
+  }
+
+  // Holding b's lock: sets b's hints to the minima over its chain.
+  static void set_hints(bucket& b, std::int64_t oldest, std::int64_t due) noexcept {
+    b.oldest.store(oldest, std::memory_order_relaxed);  // relaxed: see lower_hint()
+    b.due.store(due, std::memory_order_relaxed);
+  }
+  static void rehint(bucket& b) noexcept {
+    std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
+    std::int64_t due = oldest;
+    for (node* n = b.head.load(std::memory_order_relaxed); n; n = n->next) {
+      oldest = std::min(oldest, n->last_used);
+      due = std::min(due, n->deadline);
+    }
+    set_hints(b, oldest, due);
+  }
+
   // Holding b's lock: unlinks every entry whose deadline has come (except keep),
-  // uncharges it and puts it on rl.
-  void expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl) noexcept {
+  // uncharges it and puts it on rl; makes b's hints exact. Returns the least recently
+  // touched entry left other than keep (null if none).
+  node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl) noexcept {
     node* prev = nullptr;
+    node* lru = nullptr;
+    std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
+    std::int64_t due = oldest;
     for (node* n = b.head.load(std::memory_order_relaxed); n;) {
       node* next = n->next;
       if (n != keep && n->deadline <= now) {
@@ -399,9 +458,14 @@ class bucket_table {
         reclaim_lists::push(rl.expired, n);
       } else {
         prev = n;
+        if (n != keep && (!lru || n->last_used < lru->last_used)) lru = n;
+        oldest = std::min(oldest, n->last_used);
+        due = std::min(due, n->deadline);
       }
       n = next;
     }
+    set_hints(b, oldest, due);
+    return lru;
   }
 
   void uncharge(node* n) noexcept {
@@ -450,13 +514,31 @@ class bucket_table {
     delete n;
   }
 
-  static std::uint64_t sample_random() noexcept {
-    if constexpr (requires { Policy::random(); }) {
-      return Policy::random();
-    } else {
-      return detail::sample_random();
+  // Bucket indices for eviction sampling: a policy's random() per index; else
+  // index_bits at a time from each 64-bit draw of the thread's generator.
+  class random_indices {
+   public:
+    explicit random_indices(unsigned index_bits) noexcept : bits_(index_bits) {}
+    std::size_t next() noexcept {
+      if constexpr (requires { Policy::random(); }) {
+        return static_cast<std::size_t>(Policy::random());
+      } else {
+        if (left_ < bits_) {
+          r_ = detail::sample_random();
+          left_ = 64;
+        }
+        const auto i = static_cast<std::size_t>(r_);
+        r_ >>= bits_;  // bits_ < 64: the table has 2^bits_ buckets
+        left_ -= bits_;
+        return i;
+      }
     }
-  }
+
+   private:
+    unsigned bits_;
+    unsigned left_ = 0;
+    std::uint64_t r_ = 0;
+  };
 
   // Reserves delta; over budget, evicts (at most eviction_attempts times) and
   // tries again. Holding held's lock (may be null); never evicts protect.
@@ -486,66 +568,101 @@ class bucket_table {
     }
   }
 
-  // One eviction round (header comment): samples non-empty buckets, expires what is
-  // due there and, if nothing was, evicts the least recently touched entry seen.
-  // Probes go in batches: a batch's buckets are prefetched, then the first nodes of
-  // the non-empty ones, before any lock is taken, so that their cache misses overlap
-  // instead of following one another. (Random buckets, not a run of neighbours:
-  // evictions empty a run of its oldest entries, and the next run over it would then
-  // find only fresh ones, live entries among them.)
+  // One eviction round (header comment). Samples distinct non-empty buckets and reads
+  // their hints without locking them. Then it locks, one at a time, the samples whose
+  // deadline hint has come (expiring what is due there), and, unless that freed
+  // something, the samples in order of their last_used hint while one may hold an
+  // entry older than the oldest found so far. Under a flood of entries that are never
+  // touched again the hints are exact, and it locks and walks one bucket.
+  // Probes go in batches: a batch's buckets are prefetched before any is read, so that
+  // their cache misses overlap. (Random buckets, not a run of neighbours: evictions
+  // empty a run of its oldest entries, and the next run over it would then find only
+  // fresh ones, live entries among them.)
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
   // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
   // depends on the data, which clang's thread-safety analysis cannot follow.)
   void evict(bucket* held, node* protect, std::int64_t now,
              reclaim_lists& rl) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
-    constexpr unsigned batch_max = 16;
+    struct sample {
+      bucket* b;
+      std::int64_t oldest;  // its hints when sampled
+      std::int64_t due;
+      bool done;  // locked and walked
+    };
+    sample s[max_eviction_samples];
     const unsigned want = opt_.eviction_samples;
+    unsigned have = 0;
     const unsigned max_probes = 8 * want;
+    unsigned probes = 0;
+    random_indices pick(index_bits_);
+    // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
+    auto draw = [&] {
+      while (have < want && probes < max_probes) {
+        // Probes until as many non-empty buckets are found as are still wanted,
+        // keeping them without a branch: whether a random bucket is empty cannot be
+        // predicted. The probes' loads do not depend on one another, so their cache
+        // misses overlap. (A hint, read without the lock: an empty bucket is not
+        // worth its lock.)
+        bucket* found[max_eviction_samples];
+        const unsigned need = want - have;
+        unsigned n = 0;
+        while (n < need && probes < max_probes) {
+          bucket* b = &buckets_[pick.next() & mask_];
+          ++probes;
+          found[n] = b;
+          n += b->head.load(std::memory_order_relaxed) != nullptr;
+        }
+        for (unsigned i = 0; i < n; ++i) {
+          bucket& b = *found[i];
+          if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
+          // Relaxed: hints, checked under the lock before they decide (lower_hint()).
+          s[have++] = {&b, b.oldest.load(std::memory_order_relaxed),
+                       b.due.load(std::memory_order_relaxed), false};
+        }
+      }
+    };
+    draw();
     bucket* best_b = nullptr;
     node* best = nullptr;
     bool freed = false;
-    unsigned seen = 0;
-    for (unsigned probe = 0; probe < max_probes && seen < want;) {
-      bucket* batch[batch_max];
-      const unsigned m = std::min(batch_max, max_probes - probe);
-      probe += m;
-      for (unsigned i = 0; i < m; ++i) {
-        batch[i] = &buckets_[static_cast<std::size_t>(sample_random()) & mask_];
-        __builtin_prefetch(batch[i]);
-      }
-      unsigned n = 0;
-      for (unsigned i = 0; i < m; ++i) {
-        // A hint: an empty bucket is not worth its lock. Prefetching a node that is
-        // freed meanwhile is harmless.
-        node* head = batch[i]->head.load(std::memory_order_relaxed);
-        if (!head) continue;
-        __builtin_prefetch(head);
-        batch[n++] = batch[i];
-      }
-      for (unsigned i = 0; i < n && seen < want; ++i) {
-        bucket& b = *batch[i];
-        if (&b == best_b) continue;
-        const bool own = &b == held;
-#if defined(HOTPATH_MUTANT_BUCKET_EVICT_WAITS)
-        // Mutant: waits for a sampled bucket's lock while holding held's (deadlock).
-        if (!own) b.lock.lock();
-#else
-        if (!own && !b.lock.try_lock()) continue;  // busy: being visited, so fresh
+    for (;;) {
+      sample* next = nullptr;
+      for (unsigned i = 0; i < have && !next; ++i)
+        if (!s[i].done && s[i].due <= now) next = &s[i];  // expired entries go first
+      if (!next && !freed) {
+        for (unsigned i = 0; i < have; ++i)
+          if (!s[i].done && (!next || s[i].oldest < next->oldest)) next = &s[i];
+        // The hint bounds every entry there: none is older than best.
+        if (next && best && next->oldest >= best->last_used) next = nullptr;
+#if defined(HOTPATH_MUTANT_BUCKET_TRUST_HINT)
+        // Mutant (tests/bucket_table_test.cpp): the bucket with the oldest hint holds
+        // the victim, as if no hint were ever too low.
+        if (best) next = nullptr;
 #endif
-        ++seen;
-        node* before = rl.expired;
-        expire_chain(b, now, protect, rl);
-        freed |= rl.expired != before;
-        node* oldest = nullptr;
-        for (node* e = b.head.load(std::memory_order_relaxed); e; e = e->next)
-          if (e != protect && (!oldest || e->last_used < oldest->last_used)) oldest = e;
-        if (oldest && (!best || oldest->last_used < best->last_used)) {
-          if (best_b && best_b != held) best_b->lock.unlock();
-          best_b = &b;
-          best = oldest;
-        } else if (!own) {
-          b.lock.unlock();
-        }
+      }
+      if (!next) break;
+      next->done = true;
+      bucket& b = *next->b;
+      const bool own = &b == held;
+#if defined(HOTPATH_MUTANT_BUCKET_EVICT_WAITS)
+      // Mutant: waits for a sampled bucket's lock while holding held's (deadlock).
+      if (!own) b.lock.lock();
+#else
+      if (!own && !b.lock.try_lock()) {  // busy: being visited, so fresh; sample another
+        *next = s[--have];
+        draw();
+        continue;
+      }
+#endif
+      node* before = rl.expired;
+      node* oldest = expire_chain(b, now, protect, rl);
+      freed |= rl.expired != before;
+      if (oldest && (!best || oldest->last_used < best->last_used)) {
+        if (best_b && best_b != held) best_b->lock.unlock();
+        best_b = &b;
+        best = oldest;
+      } else if (!own) {
+        b.lock.unlock();
       }
     }
     if (best && !freed) {
@@ -555,6 +672,7 @@ class bucket_table {
       unlink(*best_b, prev, best);
       uncharge(best);
       reclaim_lists::push(rl.evicted, best);
+      rehint(*best_b);  // its chain is in cache; exact hints spare a later walk here
     }
     if (best_b && best_b != held) best_b->lock.unlock();
   }
@@ -572,6 +690,9 @@ class bucket_table {
     // Look up, expiring what is due on the way.
     node* found = nullptr;
     node* prev = nullptr;
+    // Minima over the entries passed: when the key is absent, over the whole chain.
+    std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
+    std::int64_t due = oldest;
     for (node* n = b.head.load(std::memory_order_relaxed); n;) {
       node* next = n->next;
       if (n->deadline <= now) {
@@ -583,6 +704,8 @@ class bucket_table {
         break;
       } else {
         prev = n;
+        oldest = std::min(oldest, n->last_used);
+        due = std::min(due, n->deadline);
       }
       n = next;
     }
@@ -604,9 +727,12 @@ class bucket_table {
         b.head.store(found, std::memory_order_relaxed);  // under the lock
         count_.inc();
         created = true;
+        // Exact, or low if the charge evicted here: the chain walked, and the new entry.
+        set_hints(b, std::min(oldest, now), std::min(due, found->deadline));
       }
     }
     found->last_used = now;
+    if (!created) lower_hint(b.oldest, now);
     entry e(this, &b, found, now, created, &fin.rl);
     struct unlinker {  // runs after f, also if f throws
       bucket_table* t;
@@ -643,6 +769,7 @@ class bucket_table {
   events events_;
   Hash hash_;
   std::size_t mask_;
+  unsigned index_bits_;  // of mask_
   std::unique_ptr<bucket[]> buckets_;
   percpu_counter<std::int64_t, Policy> mem_;
   percpu_counter<std::int64_t, Policy> count_;
