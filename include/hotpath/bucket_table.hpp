@@ -185,8 +185,8 @@ class bucket_table {
   // Hints: written only under the bucket's lock, read without it by eviction and
   // sweep(), which check what they pick under the lock. Each is a lower bound of its
   // field over the bucket's entries (raised to the exact minimum when a walk of the
-  // whole chain sees them all), INT64_MAX when empty. 32 bytes with queued_lock, so
-  // two buckets share a line and none straddles one.
+  // whole chain sees them all); INT64_MAX until the first entry. 32 bytes with
+  // queued_lock, so two buckets share a line and none straddles one.
   struct alignas(32) bucket {
     Lock lock;
     atomic<node*> head{nullptr};
