@@ -353,6 +353,35 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
         v6_raw(60, cat(bytes{0, 0, 1, 4, 0, 0, 0, 0}, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp))));
     EXPECT_EQ(h[counter::malformed], 1);
   }
+  {
+    // The same headers in a reassembled payload: destination options first, then
+    // hop-by-hop. Parsed again once reassembled (a view must not skip that), dropped.
+    const bytes payload =
+        cat(bytes{0, 0, 1, 4, 0, 0, 0, 0}, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp));
+    harness h;
+    h.feed(
+        v6_raw(44, cat(frag_header(60, 0, true, 3), bytes(payload.begin(), payload.begin() + 24))));
+    h.feed(
+        v6_raw(44, cat(frag_header(60, 24, false, 3), bytes(payload.begin() + 24, payload.end()))));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::reasm_oks], 1);
+    EXPECT_EQ(h[counter::malformed], 1);
+  }
+  {
+    // A datagram reassembled inside three atomic fragment headers is three levels deep:
+    // at the depth limit it is counted malformed, not delivered (a view too).
+    auto wrapped = [&](std::uint32_t offset, bool mf, const bytes& part) {
+      bytes inner = cat(frag_header(17, offset, mf, 5), part);
+      for (std::uint32_t id : {1u, 2u, 3u})
+        inner = cat(frag_header(44, 0, false, id), inner);
+      return v6_raw(44, inner);
+    };
+    harness h;
+    h.feed(wrapped(0, true, bytes(udp.begin(), udp.begin() + 16)));
+    h.feed(wrapped(16, false, bytes(udp.begin() + 16, udp.end())));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::malformed], 1);
+  }
 }
 
 // ---------------------------------------------------------------- clean traffic, every policy

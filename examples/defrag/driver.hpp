@@ -8,11 +8,11 @@
 // a cpu after RSS: one datagram's state stays on one core, the table stays shared.
 //
 // Each worker takes its packets in capture order (handed-off ones as they arrive). Workers keep
-// within `window` packets of each other's position in the capture, as packets that arrived together
-// in real time are handled together: capture time (the engine's clock) and the table's contents
-// then mean nearly the same thing on every worker. Expiry is driven by capture time too: whichever
-// worker first sees a millisecond tick pass sweeps a share of the buckets, so that every bucket is
-// swept once per shorter timeout.
+// within `window` packets and `skew_ns` of each other's position in the capture, as packets that
+// arrived together in real time are handled together: capture time (the engine's clock) and the
+// table's contents then mean nearly the same thing on every worker. Expiry is driven by capture
+// time too: whichever worker first sees a tick pass (sweep_tick_ns()) sweeps a share of the
+// buckets, so that every bucket is swept once per shorter timeout.
 //
 // Output order: by the capture position of the packet that completed each datagram
 // (for an unfragmented packet, the packet itself). With one worker that is the order of
@@ -53,6 +53,11 @@ struct run_options {
   // and a worker far ahead would evict, under a flood, datagrams whose next fragments
   // a slower worker has yet to deliver.
   std::size_t window = 256;
+  // Most capture time a worker runs ahead of the slowest one (the clock being the
+  // latest timestamp seen up to a packet): in sparse traffic 256 packets can span
+  // seconds, and a worker that far ahead would expire, by its clock, datagrams whose
+  // fragments a slower worker has yet to deliver. On a host the cores' clocks agree.
+  std::int64_t skew_ns = 1'000'000;
   // Hand each fragment that RSS gave to one worker over to the worker that owns its
   // datagram (a hash of the datagram's key picks it), as RPS steers packets to a cpu:
   // a datagram's table entry is then touched by one core only. Off: every worker
@@ -121,7 +126,8 @@ inline bool is_l4(unsigned p) {
   return p == 6 || p == 17 || p == 132;
 }  // TCP, UDP, SCTP
 // IPv6: walks the extension headers; returns the offset and type of the header after
-// them, stopping at a fragment header that is not the first (then *fragment is set).
+// them, stopping at a fragment header that is not the first. `fragment` is set if it
+// met any fragment header (first, atomic or not).
 inline std::size_t v6_upper(std::span<const std::uint8_t> ip, unsigned& next, bool& fragment) {
   next = ip[6];
   std::size_t at = 40;
@@ -221,13 +227,16 @@ inline std::int64_t sweep_period_ns(const config& c) {
   return std::max<std::int64_t>(1'000'000, std::min(c.timeout_v4_ns, c.timeout_v6_ns));
 }
 // Expiry runs at most once a tick of capture time, and a tick is long enough for its
-// share to be a batch of buckets (at least 1 ms): a sweep call has a cost of its own
-// (the shared cursor), which a sparse capture would otherwise pay at every packet for
-// a bucket or two (30 s / 4096 buckets x 64: about 0.5 s by default).
+// share to be a batch of buckets (or the whole table, if smaller), from 1 ms to a
+// whole period: a sweep call has a cost of its own (the shared cursor), which a
+// sparse capture would otherwise pay at every packet for a bucket or two (30 s / 4096
+// buckets x 64: about 0.5 s by default). Divided first, so it cannot overflow.
 inline constexpr std::size_t sweep_batch = 64;
 inline std::int64_t sweep_tick_ns(const config& c) {
-  const auto per_bucket = sweep_period_ns(c) / static_cast<std::int64_t>(c.buckets);
-  return std::max<std::int64_t>(1'000'000, per_bucket * static_cast<std::int64_t>(sweep_batch));
+  const std::int64_t period = sweep_period_ns(c);
+  const std::size_t buckets = std::max<std::size_t>(c.buckets, 1);
+  const auto batches = static_cast<std::int64_t>(buckets / std::min(sweep_batch, buckets));
+  return std::clamp<std::int64_t>(period / batches, 1'000'000, period);
 }
 // Packets ahead whose IP header is prefetched, as a NIC driver prefetches the
 // descriptors and headers of the packets it is about to hand up.
@@ -308,6 +317,8 @@ struct shared {
   const pcap_io::capture& cap;
   std::vector<worker_slot>& slots;
   std::size_t window;
+  std::int64_t skew_ns;
+  const std::vector<std::int64_t>& clock;  // per packet: the latest timestamp up to it
   std::int64_t sweep_ns;
   std::int64_t tick_ns;
   std::atomic<std::int64_t> next_tick;
@@ -364,16 +375,18 @@ inline void back_off(int round) {
   }
 }
 
-// Waits while this worker is more than `window` packets ahead of the slowest other one,
-// calling meanwhile() at every step (taking the handoffs of the others, which may be
-// waiting for room in a ring to us).
+// Waits while this worker is more than `window` packets or `skew_ns` of capture time
+// ahead of the slowest other one, calling meanwhile() at every step (taking the
+// handoffs of the others, which may be waiting for room in a ring to us). The clock
+// never goes back along the capture, so two workers cannot wait for each other.
 template <class F>
 void pace(shared& s, std::size_t me, std::size_t index, F&& meanwhile) {
   for (int round = 0;; ++round) {
     std::size_t slowest = done;
     for (std::size_t w = 0; w < s.slots.size(); ++w)
       if (w != me) slowest = std::min(slowest, s.slots[w].position.load(std::memory_order_relaxed));
-    if (slowest == done || index <= slowest + s.window) return;
+    if (slowest == done) return;
+    if (index <= slowest + s.window && s.clock[index] <= s.clock[slowest] + s.skew_ns) return;
     meanwhile();
     back_off(round);
   }
@@ -469,7 +482,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
 // start to the last worker's end, so that waking the workers up is not counted.
 // Leaves results (and each worker's CPU time) in `slots`.
 inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
-                         const std::vector<std::vector<std::uint32_t>>& lists, const run_options& o,
+                         const std::vector<std::vector<std::uint32_t>>& lists,
+                         const std::vector<std::int64_t>& capture_clock, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
   const config& c = eng.initial_config();
@@ -478,6 +492,8 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
            cap,
            slots,
            o.window,
+           o.skew_ns,
+           capture_clock,
            sweep_period_ns(c),
            sweep_tick_ns(c),
            {},
@@ -556,10 +572,13 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   run_result res;
   unsigned workers = std::max(1u, o.threads);
   auto lists = spread(cap, workers);
+  std::vector<std::int64_t> clock(cap.packets.size());
+  for (std::size_t i = 0; i < clock.size(); ++i)
+    clock[i] = i == 0 ? cap.packets[0].ts_ns : std::max(clock[i - 1], cap.packets[i].ts_ns);
   {
     auto eng = std::make_unique<engine>(o.cfg);
     std::vector<detail::worker_slot> slots(workers);
-    res.pass_ns.push_back(detail::pass(*eng, cap, lists, o, true, slots));
+    res.pass_ns.push_back(detail::pass(*eng, cap, lists, clock, o, true, slots));
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     res.pending_at_end = detail::expire_all(*eng, cap);
     for (const auto& sl : slots)
@@ -584,7 +603,7 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   for (unsigned p = 0; p < o.repeat; ++p) {
     auto eng = std::make_unique<engine>(o.cfg);
     std::vector<detail::worker_slot> slots(workers);
-    std::int64_t ns = detail::pass(*eng, cap, lists, o, false, slots);
+    std::int64_t ns = detail::pass(*eng, cap, lists, clock, o, false, slots);
     res.pass_ns.push_back(ns);
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     timed.push_back(ns);

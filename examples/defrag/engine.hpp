@@ -143,8 +143,9 @@ class engine {
   // host would deliver (a reassembled datagram, rebuilt as the host sees it, or an
   // unfragmented packet unchanged) calls out(std::span<const std::uint8_t>), or
   // out(const datagram_view&) if out takes that, exactly once, from the calling thread,
-  // outside any table lock; what it gets is valid during that call only. Anything not
-  // delivered is counted.
+  // outside any table lock; what it gets is valid during that call only. (Which of the
+  // two is the callback's type: a generic `const auto&` callback gets views.) Anything
+  // not delivered is counted.
   template <class Out>
   void input(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out&& out) {
     inc(counter::packets_in);

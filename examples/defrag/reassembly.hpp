@@ -364,8 +364,8 @@ class datagram_view {
   std::span<const std::uint8_t> header_;
   std::span<const piece_source> pieces_;  // cover [0, payload_len_) exactly, sorted
   std::uint32_t payload_len_ = 0;
-  std::array<std::uint8_t, 128> small_{};  // the rebuilt header when it fits
-  byte_buffer large_;                      // else
+  std::array<std::uint8_t, 128> small_;  // the rebuilt header when it fits (written first)
+  byte_buffer large_;                    // else
 };
 
 class datagram {
