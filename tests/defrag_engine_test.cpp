@@ -368,6 +368,31 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
     EXPECT_EQ(h[counter::malformed], 1);
   }
   {
+    // Hop-by-hop options right after the IPv6 header, but released by a fragment header
+    // (reassembled, or an atomic fragment): Linux has no handler for it there, dropped.
+    const bytes payload = cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp);
+    harness h;
+    h.feed(
+        v6_raw(44, cat(frag_header(0, 0, true, 4), bytes(payload.begin(), payload.begin() + 24))));
+    h.feed(
+        v6_raw(44, cat(frag_header(0, 24, false, 4), bytes(payload.begin() + 24, payload.end()))));
+    h.feed(v6_raw(44, cat(frag_header(0, 0, false, 5), payload)));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::reasm_oks], 2);
+    EXPECT_EQ(h[counter::malformed], 2);
+  }
+  {
+    // Hop-by-hop before the fragment header is the unfragmentable part's: kept.
+    const bytes hbh{44, 0, 1, 4, 0, 0, 0, 0};
+    harness h;
+    h.feed(v6_raw(
+        0, cat(hbh, cat(frag_header(17, 0, true, 6), bytes(udp.begin(), udp.begin() + 16)))));
+    h.feed(v6_raw(
+        0, cat(hbh, cat(frag_header(17, 16, false, 6), bytes(udp.begin() + 16, udp.end())))));
+    ASSERT_EQ(h.out.size(), 1u);
+    EXPECT_EQ(h.out[0], v6_raw(0, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp)));
+  }
+  {
     // A datagram reassembled inside three atomic fragment headers is three levels deep:
     // at the depth limit it is counted malformed, not delivered (a view too).
     auto wrapped = [&](std::uint32_t offset, bool mf, const bytes& part) {

@@ -209,15 +209,15 @@ class engine {
 
   template <class Out>
   void handle(std::int64_t now_ns, std::span<const std::uint8_t> ip, Out& out, unsigned depth,
-              bool borrowed) {
+              bool borrowed, std::uint32_t released_at = 0) {
     packet_info pi;
-    if (parse(ip, pi) != parse_status::ok) return inc(counter::malformed);
+    if (parse(ip, pi, released_at) != parse_status::ok) return inc(counter::malformed);
     if (pi.atomic) {               // ipv6_frag_rcv lets it through, counted ReasmOKs
       inc(counter::fragments_in);  // and ReasmReqds (snapshot())
       inc(counter::reasm_oks);
       std::span<const std::uint8_t> pkt;
       byte_buffer b = strip_atomic_fragment(pi, ip, pkt);
-      return deliver(now_ns, pkt, out, depth);
+      return deliver(now_ns, pkt, out, depth, pi.header_len);
     }
     if (!pi.fragment) {
       if (depth == 0) inc(counter::passthrough);
@@ -284,7 +284,7 @@ class engine {
         }
         std::span<const std::uint8_t> pkt;
         const byte_buffer b = done.build(pkt);
-        return deliver(now_ns, pkt, out, depth);
+        return deliver(now_ns, pkt, out, depth, done.header_len());
       }
       case outcome::duplicate:
         return inc(counter::duplicates);
@@ -298,10 +298,12 @@ class engine {
   }
 
   template <class Out>
-  void deliver(std::int64_t now_ns, std::span<const std::uint8_t> pkt, Out& out, unsigned depth) {
+  // pkt: what a fragment header released, its first released_at bytes the header.
+  void deliver(std::int64_t now_ns, std::span<const std::uint8_t> pkt, Out& out, unsigned depth,
+               std::uint32_t released_at) {
     if (pkt[0] >> 4 == 6) {
       if (depth + 1 >= max_depth) return inc(counter::malformed);
-      return handle(now_ns, pkt, out, depth + 1, false);  // pkt dies when we return
+      return handle(now_ns, pkt, out, depth + 1, false, released_at);  // pkt dies on return
     }
     emit(pkt, out);
   }

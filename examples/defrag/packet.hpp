@@ -133,7 +133,8 @@ inline bool v6_first_fragment_truncated(std::span<const std::uint8_t> ip, std::u
   return pos + need > ip.size();
 }
 
-inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi) noexcept {
+inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi,
+                             std::uint32_t released_at) noexcept {
   if (ip.size() < 40) return parse_status::malformed;
   const std::uint8_t* h = ip.data();
   const std::uint32_t plen = load_be16(h + 4);
@@ -147,7 +148,10 @@ inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi) 
   std::uint32_t pos = 40, prev = 6;
   while (is_v6_extension(nh)) {
     // Hop-by-hop options anywhere but first: Linux drops the packet (RFC 8200 4.1).
-    if (pos + 8 > ip.size() || (nh == 0 && pos != 40)) return parse_status::malformed;
+    // In what a fragment header released, even right after the IPv6 header: Linux
+    // parses hop-by-hop in ipv6_rcv only, and has no protocol handler for it after.
+    const bool released = released_at != 0 && pos >= released_at;
+    if (pos + 8 > ip.size() || (nh == 0 && (pos != 40 || released))) return parse_status::malformed;
     const std::uint32_t len = v6_extension_len(nh, h + pos);
     if (pos + len > ip.size()) return parse_status::malformed;
     prev = pos;
@@ -176,14 +180,18 @@ inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi) 
 }  // namespace detail
 
 // Parses the IP header at the start of `ip` (version from the first nibble).
-inline parse_status parse(std::span<const std::uint8_t> ip, packet_info& pi) noexcept {
+// released_at: for an IPv6 packet that a fragment header released (a reassembled
+// datagram, an atomic fragment without its fragment header), where the released part
+// starts (its header length); 0 for a packet as received.
+inline parse_status parse(std::span<const std::uint8_t> ip, packet_info& pi,
+                          std::uint32_t released_at = 0) noexcept {
   pi = packet_info{};
   if (ip.empty()) return parse_status::malformed;
   switch (ip[0] >> 4) {
     case 4:
       return detail::parse_v4(ip, pi);
     case 6:
-      return detail::parse_v6(ip, pi);
+      return detail::parse_v6(ip, pi, released_at);
     default:
       return parse_status::malformed;
   }

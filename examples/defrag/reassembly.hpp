@@ -491,6 +491,8 @@ class datagram {
   // The IPv6 next header of the payload: what follows the rebuilt header.
   std::uint8_t payload_nexthdr() const noexcept { return frag_nexthdr_; }
   std::uint8_t family() const noexcept { return family_; }
+  // Bytes of the rebuilt header (IPv6: up to where the fragment header was).
+  std::uint32_t header_len() const noexcept { return hlen_; }
 
   std::uint32_t fragments() const noexcept { return nfrags_; }
   std::uint32_t known_length() const noexcept { return len_; }
