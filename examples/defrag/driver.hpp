@@ -132,12 +132,11 @@ inline std::size_t v6_upper(std::span<const std::uint8_t> ip, unsigned& next, bo
   next = ip[6];
   std::size_t at = 40;
   for (int hops = 0; hops < 8 && at + 8 <= ip.size(); ++hops) {
-    if (next == 0 || next == 43 || next == 60) {  // hop-by-hop, routing, destination
+    if (defrag::detail::is_v6_extension(static_cast<std::uint8_t>(next))) {  // packet.hpp's
+      const std::uint32_t len =
+          defrag::detail::v6_extension_len(static_cast<std::uint8_t>(next), ip.data() + at);
       next = ip[at];
-      at += (std::size_t{ip[at + 1]} + 1) * 8;
-    } else if (next == 51) {  // authentication header
-      next = ip[at];
-      at += (std::size_t{ip[at + 1]} + 2) * 4;
+      at += len;
     } else if (next == 44) {
       fragment = true;
       if ((pcap_io::load_be16(ip.data() + at + 2) & 0xfff8) != 0) break;  // not the first

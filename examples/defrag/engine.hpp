@@ -275,8 +275,9 @@ class engine {
           // it is: IPv4, or IPv6 whose payload starts with an upper-layer header (one
           // that parse() would not walk into: see deliver()).
           datagram_view v;
-          const bool as_is = done.family() == 4 || !reparsed_v6(done.payload_nexthdr());
-          if (as_is && (done.family() == 4 || depth + 1 < max_depth) && done.view(v)) {
+          const bool as_is =
+              done.family() == 4 || (!reparsed_v6(done.payload_nexthdr()) && depth + 1 < max_depth);
+          if (as_is && done.view(v)) {
             inc(counter::datagrams_out);
             out(std::as_const(v));
             return;
