@@ -134,14 +134,42 @@ TEST(DefragSha256, KnownAnswers) {
 // ------------------------------------------------------------ the kernel-judged capture
 
 struct kernel_case {
+  std::string seed;  // "kernel-seedN": its .expected.json and its captures
   std::string file;
   unsigned threads;
   bool global_lock = false;
   bool steer = true;
 };
 
+// Every kernel-judged seed in the data dir (kernel-seedN.expected.json beside
+// kernel-seedN.pcapng; scripts/kernel-judge/ makes them): at 1 and 4 workers, at 4
+// without steering and at 2 under one global lock; and from the classic pcap when there
+// is one.
+std::vector<kernel_case> kernel_cases() {
+  std::vector<std::string> seeds;
+  for (const auto& e : fs::directory_iterator(data_dir)) {
+    std::string n = e.path().filename().string();
+    if (n.starts_with("kernel-seed") && n.ends_with(".expected.json"))
+      seeds.push_back(n.substr(0, n.size() - std::string_view(".expected.json").size()));
+  }
+  std::sort(seeds.begin(), seeds.end());
+  std::vector<kernel_case> v;
+  for (const auto& s : seeds) {
+    v.push_back({s, s + ".pcapng", 1});
+    v.push_back({s, s + ".pcapng", 4});
+    v.push_back({s, s + ".pcapng", 4, false, false});
+    v.push_back({s, s + ".pcapng", 2, true});
+    if (fs::exists(data_dir / (s + ".pcap"))) {
+      v.push_back({s, s + ".pcap", 1});
+      v.push_back({s, s + ".pcap", 4});
+    }
+  }
+  return v;
+}
+
 std::string kernel_case_name(const ::testing::TestParamInfo<kernel_case>& p) {
-  return std::string(p.param.file.ends_with("ng") ? "pcapng" : "pcap") + "_threads" +
+  return p.param.seed.substr(std::string_view("kernel-").size()) + "_" +
+         (p.param.file.ends_with("ng") ? "pcapng" : "pcap") + "_threads" +
          std::to_string(p.param.threads) + (p.param.global_lock ? "_global_lock" : "") +
          (p.param.steer ? "" : "_no_steer");
 }
@@ -157,7 +185,7 @@ class KernelCapture : public ::testing::TestWithParam<kernel_case> {};
 // multiset), none that it refused, and every other delivered packet an unfragmented
 // packet of the capture, unchanged.
 TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
-  auto expected = read_expected(data_dir / "kernel-seed1.expected.json");
+  auto expected = read_expected(data_dir / (GetParam().seed + ".expected.json"));
   ASSERT_GE(expected.size(), 40u) << "the expected JSON did not parse";
   auto cap = defrag::pcap_io::read_capture((data_dir / GetParam().file).string());
   ASSERT_FALSE(cap.truncated);
@@ -211,14 +239,19 @@ TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
   }));
 }
 
-INSTANTIATE_TEST_SUITE_P(Seed1, KernelCapture,
-                         ::testing::Values(kernel_case{"kernel-seed1.pcapng", 1},
-                                           kernel_case{"kernel-seed1.pcapng", 4},
-                                           kernel_case{"kernel-seed1.pcap", 1},
-                                           kernel_case{"kernel-seed1.pcap", 4},
-                                           kernel_case{"kernel-seed1.pcapng", 4, false, false},
-                                           kernel_case{"kernel-seed1.pcapng", 2, true}),
+INSTANTIATE_TEST_SUITE_P(Seeds, KernelCapture, ::testing::ValuesIn(kernel_cases()),
                          kernel_case_name);
+
+// The seeds above are there: the one from the first judge and the ones made since.
+TEST(KernelCaptures, AllSeedsFound) {
+  std::set<std::string> seeds;
+  for (const auto& c : kernel_cases()) {
+    seeds.insert(c.seed);
+    EXPECT_TRUE(fs::exists(data_dir / c.file)) << c.file;
+  }
+  for (const char* s : {"kernel-seed1", "kernel-seed2", "kernel-seed3", "kernel-seed4"})
+    EXPECT_TRUE(seeds.count(s)) << s << ".expected.json not found in " << data_dir;
+}
 
 // RSS-like spreading: every packet goes to exactly one worker, and the fragments of one
 // datagram reach different workers (the first one by ports, the others by addresses).
