@@ -148,6 +148,7 @@ def judge(seed, out, classic, wait):
     names = [name for name, _ in cases(seed)]  # fails early if scapy is missing
     pcapng = out / ("kernel-seed%d.pcapng" % seed)
     procs = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     try:
         for ns in (TX, RX):
             sh("ip", "netns", "add", ns)
