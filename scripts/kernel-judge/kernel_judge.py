@@ -3,11 +3,12 @@
 """Kernel judge for hotpath-defrag: let this machine's Linux reassemble the 55 fragment
 cases of a seed, capture what arrived, and record what the kernel delivered.
 
-    sudo python3 scripts/kernel-judge/kernel-judge.py --seed 2 [--out DIR] [--classic]
+    sudo python3 scripts/kernel-judge/kernel_judge.py --seed 2 [--out DIR] [--classic]
 
 writes DIR/kernel-seedN.pcapng (and kernel-seedN.pcap with --classic) and
-DIR/kernel-seedN.expected.json. Needs root, iproute2, dumpcap, scapy (python3-scapy);
-ethtool and editcap are used when present. Two network namespaces joined by a veth:
+DIR/kernel-seedN.expected.json; with --probes, kernel-probesN.* of probes.py's cases.
+Needs root, iproute2, dumpcap, scapy (python3-scapy); ethtool and editcap are used when
+present. Two network namespaces joined by a veth:
 the sender (10.77.0.1, fd00:77::1) writes each fragment as an Ethernet frame; the
 receiver (10.77.0.2, fd00:77::2, net.ipv4.ipfrag_max_dist=0) reassembles and hands the
 datagrams to UDP sockets on port 7777, while dumpcap captures its side of the veth.
@@ -35,38 +36,48 @@ PORT = 7777
 # ------------------------------------------------------------------ the cases
 
 
+def udp(fam, name, size, sport, rng):
+    """The bytes after the IP header of a UDP datagram to port 7777, checksummed: the
+    payload is the name (12 bytes, space padded), then random bytes up to size."""
+    from scapy.all import IP, UDP, IPv6, Raw
+
+    data = name.ljust(12).encode() + rng.randbytes(size - 12)
+    if fam == 4:
+        return bytes(IP(src=SRC4, dst=DST4) / UDP(sport=sport, dport=PORT) / Raw(data))[20:]
+    return bytes(IPv6(src=SRC6, dst=DST6) / UDP(sport=sport, dport=PORT) / Raw(data))[40:]
+
+
+def frag(fam, body, ident, off, more, **ip):
+    """An IP packet carrying body at offset off of datagram ident (IPv6: always with a
+    fragment header). ip: more IPv4 header fields (tos, flags)."""
+    from scapy.all import IP, IPv6, IPv6ExtHdrFragment, Raw
+
+    if fam == 4:
+        flags = ip.pop("flags", 0) | (1 if more else 0)  # 1: MF
+        return IP(src=SRC4, dst=DST4, id=ident, proto=17, flags=flags, frag=off // 8, **ip) / Raw(body)
+    return IPv6(src=SRC6, dst=DST6) / IPv6ExtHdrFragment(nh=17, id=ident, offset=off // 8, m=int(more)) / Raw(body)
+
+
+def split(fam, body, ident, step=None):
+    """body in fragments of 1480 bytes (IPv4) or 1352 (IPv6: 1400-byte packets); one
+    fragment only is an atomic one for IPv6, an unfragmented packet for IPv4."""
+    step = step or (1480 if fam == 4 else 1352)
+    offs = range(0, len(body), step)
+    return [frag(fam, body[o:o + step], ident, o, o + step < len(body)) for o in offs]
+
+
 def cases(seed):
     """The 55 cases of a seed: [(name, [IP packet])], in sending order except that the
-    fragments of the interleaved cases are all shuffled together. The first 12 bytes of
-    every UDP payload are the case name; the rest is random. Sizes are UDP payload bytes;
-    IPv4 fragments carry 1480 bytes, IPv6 ones 1352 (1400-byte packets)."""
-    from scapy.all import IP, UDP, IPv6, IPv6ExtHdrFragment, Raw
+    fragments of the interleaved cases are all shuffled together. Sizes are UDP payload
+    bytes. Case k (from 1) has IP id and source port 20000 + k."""
+    from scapy.all import Raw
 
     rng = random.Random(seed)
     out = []
 
-    def udp(fam, name, size):
-        data = name.ljust(12).encode() + rng.randbytes(size - 12)
-        sport = 20001 + len(out)
-        if fam == 4:
-            return bytes(IP(src=SRC4, dst=DST4) / UDP(sport=sport, dport=PORT) / Raw(data))[20:]
-        return bytes(IPv6(src=SRC6, dst=DST6) / UDP(sport=sport, dport=PORT) / Raw(data))[40:]
-
-    def frag(fam, body, ident, off, more):  # one fragment (or whole packet) of body
-        if fam == 4:
-            return IP(src=SRC4, dst=DST4, id=ident, proto=17, flags="MF" if more else 0, frag=off // 8) / Raw(body)
-        return IPv6(src=SRC6, dst=DST6) / IPv6ExtHdrFragment(nh=17, id=ident, offset=off // 8, m=int(more)) / Raw(body)
-
-    def split(fam, body, ident, whole=False):
-        if whole:
-            return [IP(src=SRC4, dst=DST4, id=ident, proto=17) / Raw(body)]
-        step = 1480 if fam == 4 else 1352  # an IPv6 datagram of one fragment is atomic
-        offs = range(0, len(body), step)
-        return [frag(fam, body[o:o + step], ident, o, o + step < len(body)) for o in offs]
-
-    def add(fam, name, size, arrange=lambda f: f, ident=None, whole=False):
+    def add(fam, name, size, arrange=lambda f: f, ident=None):
         ident = ident or 20001 + len(out)
-        out.append((name, arrange(split(fam, udp(fam, name, size), ident, whole))))
+        out.append((name, arrange(split(fam, udp(fam, name, size, 20001 + len(out), rng), ident))))
 
     for size in (200, 1500, 2900, 4000, 8000, 16000, 40000, 65000):
         add(4, "v4ord%05d" % size, size)
@@ -94,19 +105,27 @@ def cases(seed):
     out[-1] = (out[-1][0], interleaved)
     first = lambda f: [frag(4, bytes(f[0][Raw])[:1477], f[0].id, 0, True)] + f[1:]
     add(4, "v4odd", 3000, first)  # a non-last fragment of 1477 bytes
-    add(4, "v4whole0064", 64, whole=True)
-    add(4, "v4whole1000", 1000, whole=True)
+    add(4, "v4whole0064", 64)
+    add(4, "v4whole1000", 1000)
     return out
 
 
 # ------------------------------------------------------------------ the two ends
 
 
-def send(seed, iface):
+def case_list(seed, probes):
+    if probes:
+        import probes as p  # beside this file
+
+        return p.cases(seed)
+    return cases(seed)
+
+
+def send(seed, probes, iface):
     from scapy.all import Ether, conf
 
     sock = conf.L2socket(iface=iface)
-    for _, packets in cases(seed):
+    for _, packets in case_list(seed, probes):
         for p in packets:
             sock.send(Ether(src=TX_MAC, dst=RX_MAC) / p)
             time.sleep(0.001)  # about the pace of the seed-1 capture
@@ -144,9 +163,10 @@ def sh(*cmd, check=True):
     return r
 
 
-def judge(seed, out, classic, wait):
-    names = [name for name, _ in cases(seed)]  # fails early if scapy is missing
-    pcapng = out / ("kernel-seed%d.pcapng" % seed)
+def judge(seed, probes, out, classic, wait):
+    names = [name for name, _ in case_list(seed, probes)]  # fails early without scapy
+    stem = ("kernel-probes%d" if probes else "kernel-seed%d") % seed
+    pcapng = out / (stem + ".pcapng")
     procs = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     try:
@@ -177,7 +197,7 @@ def judge(seed, out, classic, wait):
             if cap.poll() is not None:
                 sys.exit("dumpcap failed")
         time.sleep(2)  # let the neighbour discovery chatter settle first
-        sh("ip", "netns", "exec", TX, *me, "--send", "--seed", str(seed))
+        sh("ip", "netns", "exec", TX, *me, "--send", "--seed", str(seed), *(["--probes"] if probes else []))
         time.sleep(wait)  # every datagram the kernel will deliver is delivered by now
         for p in (cap, recv):
             p.send_signal(signal.SIGTERM)
@@ -191,7 +211,7 @@ def judge(seed, out, classic, wait):
             sh("ip", "netns", "del", ns, check=False)
 
     pcapng.chmod(0o644)  # dumpcap makes it private
-    (out / ("kernel-seed%d.expected.json" % seed)).write_text(
+    (out / (stem + ".expected.json")).write_text(
         json.dumps({"seed": seed, "cases": names, "delivered": delivered}, indent=1))
     if classic:
         sh("editcap", "-F", "pcap", str(pcapng), str(pcapng.with_suffix(".pcap")))
@@ -205,17 +225,18 @@ def main():
     a = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--out", type=Path, default=repo / "tests" / "data" / "defrag")
+    a.add_argument("--probes", action="store_true", help="probes.py's cases (kernel-probesN.*)")
     a.add_argument("--classic", action="store_true", help="also write a classic pcap")
     a.add_argument("--wait", type=float, default=3, help="seconds to wait after sending")
     a.add_argument("--send", action="store_true", help=argparse.SUPPRESS)
     a.add_argument("--receive", action="store_true", help=argparse.SUPPRESS)
     args = a.parse_args()
     if args.send:
-        send(args.seed, "kjA")
+        send(args.seed, args.probes, "kjA")
     elif args.receive:
         receive()
     else:
-        judge(args.seed, args.out, args.classic, args.wait)
+        judge(args.seed, args.probes, args.out, args.classic, args.wait)
 
 
 if __name__ == "__main__":
