@@ -58,10 +58,10 @@ def frag(fam, body, ident, off, more, **ip):
     return IPv6(src=SRC6, dst=DST6) / IPv6ExtHdrFragment(nh=17, id=ident, offset=off // 8, m=int(more)) / Raw(body)
 
 
-def split(fam, body, ident, step=None):
+def split(fam, body, ident):
     """body in fragments of 1480 bytes (IPv4) or 1352 (IPv6: 1400-byte packets); one
     fragment only is an atomic one for IPv6, an unfragmented packet for IPv4."""
-    step = step or (1480 if fam == 4 else 1352)
+    step = 1480 if fam == 4 else 1352
     offs = range(0, len(body), step)
     return [frag(fam, body[o:o + step], ident, o, o + step < len(body)) for o in offs]
 
@@ -69,7 +69,7 @@ def split(fam, body, ident, step=None):
 def cases(seed):
     """The 55 cases of a seed: [(name, [IP packet])], in sending order except that the
     fragments of the interleaved cases are all shuffled together. Sizes are UDP payload
-    bytes. Case k (from 1) has IP id and source port 20000 + k."""
+    bytes. Case k (from 1) has source port 20000 + k, and that IP id but for v4sameid."""
     from scapy.all import Raw
 
     rng = random.Random(seed)
