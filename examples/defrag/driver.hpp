@@ -242,9 +242,9 @@ inline std::int64_t sweep_tick_ns(const config& c) {
 inline constexpr std::size_t prefetch_ahead = 4;
 
 // A single-producer single-consumer ring of capture indices, from one worker to
-// another. The producer publishes its pushes once per batch and the consumer takes
-// everything published at once, so the index lines move between the cores once per
-// batch, not once per packet.
+// another. The producer publishes its pushes once per batch and the consumer reloads
+// what is published only when it has taken all it saw, so the index lines move between
+// the cores once per batch, not once per packet.
 class handoff_ring {
  public:
   static constexpr std::uint32_t capacity = 1024;
@@ -252,7 +252,7 @@ class handoff_ring {
   // Producer: false when full.
   bool push(std::uint32_t v) noexcept {
     if (tail_ - head_seen_ == capacity) {
-      // Acquire pairs with the release store in drain(): the slots it freed were read.
+      // Acquire pairs with the release store in peek(): the slots it freed were read.
       head_seen_ = head_.load(std::memory_order_acquire);
       if (tail_ - head_seen_ == capacity) return false;
     }
@@ -262,26 +262,31 @@ class handoff_ring {
   }
   // Producer: makes the pushes so far visible to the consumer.
   void publish() noexcept {
-    // Release pairs with the acquire load in drain(): the slots are written.
+    // Release pairs with the acquire load in peek(): the slots are written.
     if (tail_ != published_seen_)
       published_.store(published_seen_ = tail_, std::memory_order_release);
   }
-  // Consumer: calls f(index) for everything published; `ahead(index)` is called a few
-  // entries before f reaches that entry (prefetching). Returns how many it took.
-  template <class F, class Ahead>
-  std::uint32_t drain(F&& f, Ahead&& ahead) {
-    // Acquire pairs with the release store in publish().
-    const std::uint32_t end = published_.load(std::memory_order_acquire);
-    const std::uint32_t begin = next_;
-    for (std::uint32_t k = begin; k != end && k - begin < prefetch; ++k)
-      ahead(slots_[k % capacity]);
-    for (; next_ != end; ++next_) {
-      if (end - next_ > prefetch) ahead(slots_[(next_ + prefetch) % capacity]);
-      f(slots_[next_ % capacity]);
+  // Consumer: the oldest published index, not taken; false if none. On reloading, calls
+  // ahead(index) for the first few new ones (prefetching); pop() for each one after.
+  template <class Ahead>
+  bool peek(std::uint32_t& v, Ahead&& ahead) noexcept {
+    if (next_ == end_) {
+      // Release pairs with the acquire load in push(): the slots read may be reused.
+      if (next_ != freed_) head_.store(freed_ = next_, std::memory_order_release);
+      // Acquire pairs with the release store in publish().
+      end_ = published_.load(std::memory_order_acquire);
+      for (std::uint32_t k = next_; k != end_ && k - next_ < prefetch; ++k)
+        ahead(slots_[k % capacity]);
+      if (next_ == end_) return false;
     }
-    // Release pairs with the acquire load in push(): these slots may be reused.
-    if (end != begin) head_.store(next_, std::memory_order_release);
-    return end - begin;
+    v = slots_[next_ % capacity];
+    return true;
+  }
+  // Consumer: takes the index peek() gave.
+  template <class Ahead>
+  void pop(Ahead&& ahead) noexcept {
+    ++next_;
+    if (end_ - next_ >= prefetch) ahead(slots_[(next_ + prefetch - 1) % capacity]);
   }
 
  private:
@@ -293,14 +298,40 @@ class handoff_ring {
   alignas(64) std::atomic<std::uint32_t> published_{0};
   alignas(64) std::atomic<std::uint32_t> head_{0};
   alignas(64) std::uint32_t next_ = 0;
+  std::uint32_t end_ = 0;    // published, as last loaded
+  std::uint32_t freed_ = 0;  // head_, as last stored
   alignas(64) std::uint32_t slots_[capacity];
+};
+
+// A worker's own steered packets, first in first out (grows when steering runs far
+// ahead, which it does only while waiting for another worker).
+class index_fifo {
+ public:
+  bool empty() const noexcept { return head_ == tail_; }
+  std::uint32_t front() const noexcept { return v_[head_ & (v_.size() - 1)]; }
+  void pop() noexcept { ++head_; }
+  void push(std::uint32_t i) {
+    if (tail_ - head_ == v_.size()) {
+      std::vector<std::uint32_t> w(v_.size() * 2);
+      for (std::size_t k = head_; k != tail_; ++k)
+        w[k & (w.size() - 1)] = v_[k & (v_.size() - 1)];
+      v_.swap(w);
+    }
+    v_[tail_++ & (v_.size() - 1)] = i;
+  }
+
+ private:
+  std::vector<std::uint32_t> v_ = std::vector<std::uint32_t>(1024);  // a power of two
+  std::size_t head_ = 0, tail_ = 0;
 };
 
 struct alignas(64) worker_slot {
   // What the other workers read (pace(), the final drain), on a line of its own: the
   // counters below change per packet and would drag it back and forth between cores.
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
-  std::atomic<bool> sent_all{false};     // every handoff of this worker is published
+  // Steering: every packet this worker received below this capture index went to its
+  // owner (handoffs published); done once all did.
+  std::atomic<std::size_t> received{0};
   alignas(64) std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t cpu_ns = 0;
@@ -375,15 +406,16 @@ inline void back_off(int round) {
 }
 
 // Waits while this worker is more than `window` packets or `skew_ns` of capture time
-// ahead of the slowest other one, calling meanwhile() at every step (taking the
-// handoffs of the others, which may be waiting for room in a ring to us). The clock
-// never goes back along the capture, so two workers cannot wait for each other.
+// ahead of the slowest other one, calling meanwhile() at every step (steering its own
+// packets, which the others may be waiting for). The clock never goes back along the
+// capture, so two workers cannot wait for each other.
 template <class F>
 void pace(shared& s, std::size_t me, std::size_t index, F&& meanwhile) {
   for (int round = 0;; ++round) {
     std::size_t slowest = done;
     for (std::size_t w = 0; w < s.slots.size(); ++w)
-      if (w != me) slowest = std::min(slowest, s.slots[w].position.load(std::memory_order_acquire));
+      // Relaxed: pacing only; no data is published through a position.
+      if (w != me) slowest = std::min(slowest, s.slots[w].position.load(std::memory_order_relaxed));
     if (slowest == done) return;
     if (index <= slowest + s.window && s.clock[index] <= s.clock[slowest] + s.skew_ns) return;
     meanwhile();
@@ -391,11 +423,15 @@ void pace(shared& s, std::size_t me, std::size_t index, F&& meanwhile) {
   }
 }
 
+// Capture indices a worker steers ahead of the packet it processes, so that a packet's
+// header, read to steer it, is still in cache when it is processed, while the others
+// rarely find it has not yet steered what they wait for.
+inline constexpr std::size_t steer_ahead = 256;
+
 template <bool Keep>
 void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   worker_slot& slot = s.slots[me];
   const std::size_t workers = s.slots.size();
-  const bool steer = !s.rings.empty();
   auto process = [&](std::uint32_t i) {
     const pcap_io::record& r = s.cap.packets[i];
     maybe_expire(s, r.ts_ns);
@@ -422,75 +458,112 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     __builtin_prefetch(p);
     __builtin_prefetch(p + 63);
   };
-  // Takes what the other workers handed to this one; returns how many.
-  auto take = [&] {
-    std::uint32_t got = 0;
-    for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) got += s.ring(w, me).drain(process, prefetch);
-    return got;
-  };
-  auto publish = [&] {
-    for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) s.ring(me, w).publish();
-  };
-  std::size_t n = 0;
-  std::int64_t published_at = std::numeric_limits<std::int64_t>::min();
-  for (std::uint32_t i : mine) {
-    // The record first (its offset locates the packet), then the packet's header.
+  // The record first (its offset locates the packet), then the packet's header.
+  auto prefetch_mine = [&](std::size_t n) {
     if (n + 4 * prefetch_ahead < mine.size())
       __builtin_prefetch(&s.cap.packets[mine[n + 4 * prefetch_ahead]]);
     if (n + prefetch_ahead < mine.size()) prefetch(mine[n + prefetch_ahead]);
-    // Every 16 packets, and before capture time passes skew_ns beyond the last time:
-    // in sparse traffic 16 packets span seconds, and a handoff left unpublished that
-    // long had its datagram expired, by this worker's own sweeps, while the owner held
-    // the other fragments (blackout, 1 s timeout, 2 workers: 1-5 of 300 lost).
-    const bool batch = (n++ & 15) == 0;
-    if (batch || s.clock[i] > published_at + s.skew_ns) {
-      published_at = s.clock[i];
-      if (steer) {
-        publish();
-        take();
-      }
-      // Release pairs with pace()'s acquire: a worker that sees this position sees
-      // every handoff made before it, so it cannot run past their time unseen.
-      slot.position.store(i, std::memory_order_release);
-      pace(s, me, i, [&] {
-        if (steer) take();
-      });
+  };
+  // Paces every 16 packets, and before capture time passes skew_ns beyond the last
+  // time: in sparse traffic 16 packets span seconds.
+  std::size_t n = 0;
+  std::int64_t paced_at = std::numeric_limits<std::int64_t>::min();
+  auto maybe_pace = [&](std::uint32_t i, auto&& meanwhile) {
+    if ((n++ & 15) != 0 && s.clock[i] <= paced_at + s.skew_ns) return;
+    paced_at = s.clock[i];
+    slot.position.store(i, std::memory_order_relaxed);  // pacing only, see pace()
+    pace(s, me, i, meanwhile);
+  };
+
+  if (s.rings.empty()) {  // not steering: each packet where RSS put it
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      prefetch_mine(k);
+      maybe_pace(mine[k], [] {});
+      process(mine[k]);
     }
-    if (steer) {
-      if (const auto h = steer_hash(s.cap.ip(s.cap.packets[i]))) {
-        const std::size_t owner = pick(*h, workers);
-        if (owner != me) {
-          for (int round = 0; !s.ring(me, owner).push(i); ++round) {
-            publish();  // the owner may be waiting for us in pace()
-            if (take() == 0) back_off(round);
-          }
-          ++slot.handed_off;
-          continue;
-        }
-      }
-    }
-    process(i);
+    slot.position.store(done, std::memory_order_relaxed);
+    return;
   }
-  // Published before `done`, which lets the others run to the end unpaced.
-  if (steer) publish();
-  slot.position.store(done, std::memory_order_release);  // pairs as above
-  if (!steer) return;
-  // Release pairs with the acquire loads below: our last handoffs are published.
-  slot.sent_all.store(true, std::memory_order_release);
-  for (int round = 0;;) {
-    bool all = true;
+
+  // Steering, in two steps that keep capture order. Each worker steers the packets
+  // RSS gave it, some way ahead: its own into `local`, the others' into a ring to their
+  // owner. It processes the packets it owns, its own and those handed to it, in capture
+  // order: the next one only once every other worker has steered past it, so that
+  // nothing before it can still come (`received`). Handing off as it goes and taking
+  // handoffs when they came, an owner could take a first fragment after a later
+  // fragment of its datagram, and Linux judges overlaps by arrival order: a fragment
+  // lying inside an earlier one is a duplicate, the earlier one arriving second is an
+  // overlap that kills the datagram.
+  index_fifo local;    // steered to this worker, not yet processed
+  std::size_t r = 0;   // mine[r]: the next packet to steer
+  std::size_t at = 0;  // the capture index processed last
+  // Steers up to `budget` packets (fewer if a ring is full), then publishes.
+  auto steer = [&](std::size_t budget) {
+    std::size_t k = 0;
+    for (; k < budget && r < mine.size(); ++k, ++r) {
+      prefetch_mine(r);
+      const std::uint32_t i = mine[r];
+      std::size_t owner = me;
+      if (const auto h = steer_hash(s.cap.ip(s.cap.packets[i]))) owner = pick(*h, workers);
+      if (owner == me) {
+        local.push(i);
+      } else if (s.ring(me, owner).push(i)) {
+        ++slot.handed_off;
+      } else {
+        break;  // full: its owner is behind; try again later
+      }
+    }
     for (std::size_t w = 0; w < workers; ++w)
-      all = all && s.slots[w].sent_all.load(std::memory_order_acquire);
-    if (take() != 0) {
-      round = 0;
-    } else if (all) {
-      break;  // nothing was published after sent_all, and we took everything before it
-    } else {
-      back_off(round++);
+      if (w != me) s.ring(me, w).publish();
+    // Release pairs with the acquire in settled(): the handoffs below it are published.
+    slot.received.store(r < mine.size() ? mine[r] : done, std::memory_order_release);
+    return k;
+  };
+  std::vector<std::size_t> known(workers, 0);  // the others' `received`, as last loaded
+  // Whether every other worker has steered everything before capture index x.
+  auto settled = [&](std::uint32_t x) {
+    for (std::size_t w = 0; w < workers; ++w) {
+      if (w == me || known[w] > x) continue;
+      known[w] = s.slots[w].received.load(std::memory_order_acquire);
+      if (known[w] <= x) return false;
     }
+    return true;
+  };
+  constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+  // The first in capture order of what this worker owns and has (`from`: whose).
+  auto first = [&](std::size_t& from) {
+    std::uint32_t x = local.empty() ? none : local.front();
+    from = me;
+    for (std::size_t w = 0; w < workers; ++w) {
+      std::uint32_t v;
+      if (w != me && s.ring(w, me).peek(v, prefetch) && v < x) x = v, from = w;
+    }
+    return x;
+  };
+  auto meanwhile = [&] { steer(16); };
+  for (int round = 0;;) {
+    if (r < mine.size() && mine[r] < at + steer_ahead) steer(16);
+    std::size_t from;
+    std::uint32_t x = first(from);
+    // Loading the others' `received` may show handoffs published since: look again.
+    if (x != none && !settled(x)) x = first(from);
+    if (x != none && settled(x)) {
+      if (from == me)
+        local.pop();
+      else
+        s.ring(from, me).pop(prefetch);
+      at = x;
+      maybe_pace(x, meanwhile);
+      process(x);
+      round = 0;
+      continue;
+    }
+    if (x == none && r == mine.size() && settled(none - 1) && first(from) == none) break;
+    // Blocked: what comes first may still be steered by another worker (which may wait
+    // for ours), or there is nothing yet.
+    if (steer(16) == 0) back_off(round++);
   }
+  slot.position.store(done, std::memory_order_relaxed);
 }
 
 // One pass on a fresh engine; returns its wall time (ns): from the first worker's
