@@ -683,11 +683,11 @@ TEST(DefragFlood, BlackoutDeliversEveryDatagram) {
 // Expiry follows capture time: with a 1 s timeout the blackout's bogus datagrams, which
 // nothing comes back for, are swept (or evicted) during the capture's 25 s, and none is
 // left incomplete when it ends: exactly the bogus ones go and every legit datagram is
-// delivered, with two workers as with one. In this sparse traffic 16 packets span
+// delivered, with two workers as with one. In this sparse traffic 64 packets span
 // seconds: the workers' clocks must stay within skew_ns (pacing by packets alone
-// delivered 177-232 of 300), and a worker must publish its handoffs as often (left for
-// 16 of its packets, a first fragment waited while the worker's own sweeps expired its
-// datagram at the owner: 1-5 lost per run).
+// delivered 177-232 of 300), and a first fragment handed to its owner must not wait
+// for the next batch while the sender's own sweeps run on (they expired its datagram
+// at the owner: 1-5 of 300 lost, before the owner took fragments in capture order).
 TEST(DefragTime, SweepsExpireWhatNothingComesBackFor) {
   defrag::synthetic::options so;
   so.blackout = true;
