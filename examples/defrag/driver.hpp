@@ -525,9 +525,13 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     return k;
   };
   std::vector<std::size_t> known(workers, 0);  // the others' `received`, as last loaded
-  // Whether every other worker had steered everything before capture index x, as
-  // last loaded. Only a look at the rings after that load can tell the first packet.
+  // Whether every worker, this one included, had steered everything before capture
+  // index x (the others as last loaded: only a look at the rings after that load can
+  // tell the first packet). Without this worker's own cursor, a packet handed to it
+  // could go before one of its own it had yet to steer (review: an owner idle for
+  // more than steer_ahead indices took a first fragment before its own inner one).
   auto settled = [&](std::uint32_t x) {
+    if (r < mine.size() && mine[r] <= x) return false;
     for (std::size_t w = 0; w < workers; ++w)
       if (w != me && known[w] <= x) return false;
     return true;
@@ -578,7 +582,21 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     }
     // Blocked: what comes first may still be steered by another worker (which may wait
     // for ours), or there is nothing yet.
-    if (steer(steer_burst) == 0) back_off(round++);
+    if (steer(steer_burst) != 0) continue;
+    // Nothing to steer either (done, or a ring full): say how far this worker has come,
+    // for pace(). The next packet it processes is at least the first it holds, its own
+    // next one to steer and every other worker's `received`. (Left at the last packet
+    // processed, a worker that owns little held back, in pace(), the one it was handing
+    // packets to, which then never drained its full ring: review, 10000 datagrams
+    // between two hosts at 2-4 workers.)
+    reload();
+    std::size_t bound = x == none ? done : x;
+    if (r < mine.size()) bound = std::min<std::size_t>(bound, mine[r]);
+    for (std::size_t w = 0; w < workers; ++w)
+      if (w != me) bound = std::min(bound, known[w]);
+    if (bound != done && bound > slot.position.load(std::memory_order_relaxed))
+      slot.position.store(bound, std::memory_order_relaxed);  // pacing only, see pace()
+    back_off(round++);
   }
   slot.position.store(done, std::memory_order_relaxed);
 }
