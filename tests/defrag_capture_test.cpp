@@ -797,7 +797,9 @@ TEST(DefragTime, SweepsExpireWhatNothingComesBackFor) {
     EXPECT_EQ(r.first[counter::reasm_timeout] + r.first[counter::evictions] +
                   r.first[counter::over_budget],
               static_cast<std::int64_t>(t.bogus_fragments));
-    if (threads == 1) EXPECT_EQ(r.first[counter::over_budget], 0);
+    if (threads == 1) {
+      EXPECT_EQ(r.first[counter::over_budget], 0);
+    }
     EXPECT_EQ(count_legit(r, t.legit_datagrams).legit, 300u);
   }
 }
