@@ -343,6 +343,30 @@ TEST(DefragSpread, SteeringHashIsPerDatagram) {
   }
 }
 
+// Traffic between two hosts, built packet by packet for the ordering tests below.
+struct two_hosts {
+  defrag::synthetic::detail::address a{false, {10, 9, 0, 1}, {10, 9, 0, 2}};
+  defrag::pcap_io::capture cap;
+  std::int64_t ts = 1'000'000'000;
+  std::uint16_t port = 1000;
+
+  // The worker RSS gives `ip` out of `workers`.
+  static std::size_t rss(std::span<const std::uint8_t> ip, unsigned workers) {
+    return defrag::driver::pick(defrag::driver::rss_hash(ip), workers);
+  }
+  // `count` unfragmented UDP packets that RSS gives worker `to` of 2.
+  void unfragmented_for(std::size_t to, unsigned count) {
+    for (unsigned k = 0; k < count;) {
+      const bytes u = defrag::synthetic::detail::udp(a, ++port, 9, bytes(64, 1));
+      defrag::pcap_io::capture one;
+      defrag::synthetic::detail::emit_fragment(one, 0, a, 1, u, 0, false);
+      if (rss(one.ip(one.packets[0]), 2) != to) continue;
+      cap.add(ts += 1000, one.ip(one.packets[0]));
+      ++k;
+    }
+  }
+};
+
 // An owner takes its datagrams' fragments in capture order, whichever worker RSS gave
 // them to. Each datagram: its first fragment (ports visible: RSS gives it to worker 0,
 // its owner is worker 1), then a fragment lying inside the first (a duplicate, in this
@@ -352,50 +376,32 @@ TEST(DefragSpread, SteeringHashIsPerDatagram) {
 // meets each tearing fragment before worker 0 has come to the first fragment before it.
 TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   using namespace defrag::synthetic::detail;
-  defrag::pcap_io::capture cap;
-  address a{false};
-  a.src = {10, 9, 0, 1};
-  a.dst = {10, 9, 0, 2};
-  std::int64_t ts = 1'000'000'000;
+  two_hosts h;
   constexpr unsigned datagrams = 40;
-  std::uint16_t port = 1000;
-  auto rss = [&](const bytes& packet, unsigned workers) {
-    return defrag::driver::pick(defrag::driver::rss_hash(packet), workers);
-  };
   for (unsigned d = 0; d < datagrams; ++d) {
-    for (unsigned k = 0; k < 300;) {  // unfragmented, for worker 0 at 2 workers
-      const bytes payload(64, static_cast<std::uint8_t>(k));
-      const bytes u = udp(a, ++port, 9, payload);
-      defrag::pcap_io::capture one;
-      emit_fragment(one, 0, a, 1, u, 0, false);
-      const auto ip = one.ip(one.packets[0]);
-      if (rss(bytes(ip.begin(), ip.end()), 2) != 0) continue;
-      cap.add(ts += 1000, ip);
-      ++k;
-    }
+    h.unfragmented_for(0, 300);
     const std::uint32_t id = 0x4000 + d;
     bytes u;
     for (;;) {  // a first fragment that RSS puts on worker 0, whose datagram worker 1 owns
       bytes payload(2000 - 8);
       for (std::size_t i = 0; i < payload.size(); ++i)
         payload[i] = static_cast<std::uint8_t>(d * 7 + i);
-      u = udp(a, ++port, 9, payload);
+      u = udp(h.a, ++h.port, 9, payload);
       defrag::pcap_io::capture one;
-      emit_fragment(one, 0, a, id, std::span(u).first(1480), 0, true);
+      emit_fragment(one, 0, h.a, id, std::span(u).first(1480), 0, true);
       const auto ip = one.ip(one.packets[0]);
       const auto owner = defrag::driver::steer_hash(ip);
-      if (owner && rss(bytes(ip.begin(), ip.end()), 2) == 0 && defrag::driver::pick(*owner, 2) == 1)
-        break;
+      if (owner && two_hosts::rss(ip, 2) == 0 && defrag::driver::pick(*owner, 2) == 1) break;
     }
-    emit_fragment(cap, ts += 1000, a, id, std::span(u).first(1480), 0, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).first(1480), 0, true);
     bytes inside(u.begin() + 16, u.begin() + 40);
     inside[0] ^= 0xff;  // other bytes: a duplicate is dropped whatever it holds
-    emit_fragment(cap, ts += 1000, a, id, inside, 16, true);
-    emit_fragment(cap, ts += 1000, a, id, std::span(u).subspan(1480), 1480, false);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, inside, 16, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).subspan(1480), 1480, false);
   }
   defrag::driver::run_options o;
   o.window = 1 << 20;
-  auto one = defrag::driver::run(cap, o);
+  auto one = defrag::driver::run(h.cap, o);
   ASSERT_EQ(one.first[counter::reasm_oks], datagrams);
   ASSERT_EQ(one.first[counter::reasm_overlaps], 0);
   std::multiset<std::string> expected;
@@ -404,7 +410,7 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   for (unsigned threads : {2u, 3u}) {
     SCOPED_TRACE(std::to_string(threads) + " workers");
     o.threads = threads;
-    auto r = defrag::driver::run(cap, o);
+    auto r = defrag::driver::run(h.cap, o);
     EXPECT_EQ(r.first[counter::reasm_oks], datagrams);
     EXPECT_EQ(r.first[counter::reasm_overlaps], 0);
     EXPECT_GT(r.handed_off, 0);
@@ -421,58 +427,40 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
 // first fragment long before; the owner must still take its own fragment first.
 TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
   using namespace defrag::synthetic::detail;
-  defrag::pcap_io::capture cap;
-  address a{false};
-  a.src = {10, 9, 0, 1};
-  a.dst = {10, 9, 0, 2};
-  std::int64_t ts = 1'000'000'000;
-  std::uint16_t port = 1000;
-  auto rss = [&](std::span<const std::uint8_t> ip) {
-    return defrag::driver::pick(defrag::driver::rss_hash(ip), 2);
-  };
+  two_hosts h;
   std::size_t owner;  // of every fragment without ports between these two hosts
   {
     defrag::pcap_io::capture one;
-    const bytes u = udp(a, 1, 9, bytes(100));
-    emit_fragment(one, 0, a, 7, std::span(u).subspan(16, 24), 16, true);
+    const bytes u = udp(h.a, 1, 9, bytes(100));
+    emit_fragment(one, 0, h.a, 7, std::span(u).subspan(16, 24), 16, true);
     owner = defrag::driver::pick(*defrag::driver::steer_hash(one.ip(one.packets[0])), 2);
   }
-  auto unfragmented = [&](std::size_t to, unsigned count) {
-    for (unsigned k = 0; k < count;) {
-      const bytes u = udp(a, ++port, 9, bytes(64, 1));
-      defrag::pcap_io::capture one;
-      emit_fragment(one, 0, a, 1, u, 0, false);
-      if (rss(one.ip(one.packets[0])) != to) continue;
-      cap.add(ts += 1000, one.ip(one.packets[0]));
-      ++k;
-    }
-  };
   constexpr unsigned datagrams = 20;
   for (unsigned d = 0; d < datagrams; ++d) {
     // The owner's run ends on a steering burst's boundary (64 packets, 3 per datagram).
-    unfragmented(owner, d == 0 ? 1024 : 1022);
-    unfragmented(1 - owner, 600);
+    h.unfragmented_for(owner, d == 0 ? 1024 : 1022);
+    h.unfragmented_for(1 - owner, 600);
     const std::uint32_t id = 0x4000 + d;
     bytes u;
     for (;;) {  // a first fragment that RSS gives the other worker
-      u = udp(a, ++port, 9, bytes(2000 - 8, static_cast<std::uint8_t>(d)));
+      u = udp(h.a, ++h.port, 9, bytes(2000 - 8, static_cast<std::uint8_t>(d)));
       defrag::pcap_io::capture one;
-      emit_fragment(one, 0, a, id, std::span(u).first(1480), 0, true);
-      if (rss(one.ip(one.packets[0])) != owner) break;
+      emit_fragment(one, 0, h.a, id, std::span(u).first(1480), 0, true);
+      if (two_hosts::rss(one.ip(one.packets[0]), 2) != owner) break;
     }
-    emit_fragment(cap, ts += 1000, a, id, bytes(u.begin() + 16, u.begin() + 40), 16, true);
-    emit_fragment(cap, ts += 1000, a, id, std::span(u).first(1480), 0, true);
-    emit_fragment(cap, ts += 1000, a, id, std::span(u).subspan(1480), 1480, false);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, bytes(u.begin() + 16, u.begin() + 40), 16, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).first(1480), 0, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).subspan(1480), 1480, false);
   }
   defrag::driver::run_options o;
   o.window = std::size_t{1} << 30;  // unpaced: the other worker runs far ahead
   o.skew_ns = std::int64_t{1} << 60;
-  auto one = defrag::driver::run(cap, o);
+  auto one = defrag::driver::run(h.cap, o);
   ASSERT_EQ(one.first[counter::reasm_oks], 0);
   ASSERT_EQ(one.first[counter::reasm_overlaps], datagrams);
   o.threads = 2;
   for (int run = 0; run < 5; ++run) {
-    auto r = defrag::driver::run(cap, o);
+    auto r = defrag::driver::run(h.cap, o);
     EXPECT_EQ(r.first[counter::reasm_oks], 0) << "run " << run;
     EXPECT_EQ(r.first[counter::reasm_overlaps], datagrams) << "run " << run;
     EXPECT_GT(r.handed_off, 0);
@@ -485,23 +473,19 @@ TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
 // nothing once stayed at its start, and the owner waited for it forever).
 TEST(DefragOrder, WorkersOwningNothingDoNotStallTheOwner) {
   using namespace defrag::synthetic::detail;
-  defrag::pcap_io::capture cap;
-  address a{false};
-  a.src = {10, 9, 0, 1};
-  a.dst = {10, 9, 0, 2};
-  std::int64_t ts = 1'000'000'000;
+  two_hosts h;
   constexpr unsigned datagrams = 10000;
   for (unsigned d = 0; d < datagrams; ++d) {
-    const bytes u = udp(a, static_cast<std::uint16_t>(1000 + d), 9,
+    const bytes u = udp(h.a, static_cast<std::uint16_t>(1000 + d), 9,
                         bytes(2000 - 8, static_cast<std::uint8_t>(d)));
-    emit_fragment(cap, ts += 1000, a, 0x4000 + d, std::span(u).first(1480), 0, true);
-    emit_fragment(cap, ts += 1000, a, 0x4000 + d, std::span(u).subspan(1480), 1480, false);
+    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).first(1480), 0, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).subspan(1480), 1480, false);
   }
   for (unsigned threads : {2u, 3u, 4u}) {
     SCOPED_TRACE(std::to_string(threads) + " workers");
     defrag::driver::run_options o;
     o.threads = threads;
-    auto r = defrag::driver::run(cap, o);  // hangs (the test times out) if they stall
+    auto r = defrag::driver::run(h.cap, o);  // hangs (the test times out) if they stall
     EXPECT_EQ(r.first[counter::reasm_oks], datagrams);
     EXPECT_GT(r.handed_off, 1024);
   }
