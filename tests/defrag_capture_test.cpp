@@ -404,9 +404,13 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   auto one = defrag::driver::run(h.cap, o);
   ASSERT_EQ(one.first[counter::reasm_oks], datagrams);
   ASSERT_EQ(one.first[counter::reasm_overlaps], 0);
-  std::multiset<std::string> expected;
-  for (const auto& d : one.out)
-    expected.insert(std::string(one.datagram(d).begin(), one.datagram(d).end()));
+  auto delivered = [](const defrag::driver::run_result& r) {
+    std::multiset<std::string> m;
+    for (const auto& d : r.out)
+      m.insert(std::string(r.datagram(d).begin(), r.datagram(d).end()));
+    return m;
+  };
+  const auto expected = delivered(one);
   for (unsigned threads : {2u, 3u}) {
     SCOPED_TRACE(std::to_string(threads) + " workers");
     o.threads = threads;
@@ -414,10 +418,7 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
     EXPECT_EQ(r.first[counter::reasm_oks], datagrams);
     EXPECT_EQ(r.first[counter::reasm_overlaps], 0);
     EXPECT_GT(r.handed_off, 0);
-    std::multiset<std::string> got;
-    for (const auto& d : r.out)
-      got.insert(std::string(r.datagram(d).begin(), r.datagram(d).end()));
-    EXPECT_TRUE(got == expected);
+    EXPECT_TRUE(delivered(r) == expected);
   }
 }
 

@@ -326,7 +326,7 @@ class index_fifo {
 };
 
 struct alignas(64) worker_slot {
-  // What the other workers read (pace(), the final drain), on a line of its own: the
+  // What the other workers read (pace(), settled()), on a line of its own: the
   // counters below change per packet and would drag it back and forth between cores.
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
   // Steering: every packet this worker received below this capture index went to its
