@@ -354,6 +354,13 @@ struct two_hosts {
   static std::size_t rss(std::span<const std::uint8_t> ip, unsigned workers) {
     return defrag::driver::pick(defrag::driver::rss_hash(ip), workers);
   }
+  // Which of 2 workers owns every fragment without ports between the two hosts.
+  std::size_t owner() const {
+    defrag::pcap_io::capture one;
+    const bytes u = defrag::synthetic::detail::udp(a, 1, 9, bytes(100));
+    defrag::synthetic::detail::emit_fragment(one, 0, a, 7, std::span(u).subspan(16, 24), 16, true);
+    return defrag::driver::pick(*defrag::driver::steer_hash(one.ip(one.packets[0])), 2);
+  }
   // `count` unfragmented UDP packets that RSS gives worker `to` of 2.
   void unfragmented_for(std::size_t to, unsigned count) {
     for (unsigned k = 0; k < count;) {
@@ -368,30 +375,29 @@ struct two_hosts {
 };
 
 // An owner takes its datagrams' fragments in capture order, whichever worker RSS gave
-// them to. Each datagram: its first fragment (ports visible: RSS gives it to worker 0,
-// its owner is worker 1), then a fragment lying inside the first (a duplicate, in this
-// order; the other way round an overlap that kills the datagram), then the last one.
-// Between datagrams, 300 unfragmented packets for worker 0 alone, so that worker 1,
+// them to. Each datagram: its first fragment (ports visible: RSS gives it to the other
+// worker), then a fragment lying inside the first (a duplicate, in this order; the
+// other way round an overlap that kills the datagram), then the last one. Between
+// datagrams, 300 unfragmented packets for the other worker alone, so that the owner,
 // with little to do, runs ahead (the window is wide, as far as the clock allows) and
-// meets each tearing fragment before worker 0 has come to the first fragment before it.
+// meets each tearing fragment before the other has come to the first fragment before it.
 TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   using namespace defrag::synthetic::detail;
   two_hosts h;
+  const std::size_t owner = h.owner();
   constexpr unsigned datagrams = 40;
   for (unsigned d = 0; d < datagrams; ++d) {
-    h.unfragmented_for(0, 300);
+    h.unfragmented_for(1 - owner, 300);
     const std::uint32_t id = 0x4000 + d;
     bytes u;
-    for (;;) {  // a first fragment that RSS puts on worker 0, whose datagram worker 1 owns
+    for (;;) {  // a first fragment that RSS puts on the other worker
       bytes payload(2000 - 8);
       for (std::size_t i = 0; i < payload.size(); ++i)
         payload[i] = static_cast<std::uint8_t>(d * 7 + i);
       u = udp(h.a, ++h.port, 9, payload);
       defrag::pcap_io::capture one;
       emit_fragment(one, 0, h.a, id, std::span(u).first(1480), 0, true);
-      const auto ip = one.ip(one.packets[0]);
-      const auto owner = defrag::driver::steer_hash(ip);
-      if (owner && two_hosts::rss(ip, 2) == 0 && defrag::driver::pick(*owner, 2) == 1) break;
+      if (two_hosts::rss(one.ip(one.packets[0]), 2) != owner) break;
     }
     emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).first(1480), 0, true);
     bytes inside(u.begin() + 16, u.begin() + 40);
@@ -429,13 +435,7 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
 TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
   using namespace defrag::synthetic::detail;
   two_hosts h;
-  std::size_t owner;  // of every fragment without ports between these two hosts
-  {
-    defrag::pcap_io::capture one;
-    const bytes u = udp(h.a, 1, 9, bytes(100));
-    emit_fragment(one, 0, h.a, 7, std::span(u).subspan(16, 24), 16, true);
-    owner = defrag::driver::pick(*defrag::driver::steer_hash(one.ip(one.packets[0])), 2);
-  }
+  const std::size_t owner = h.owner();
   constexpr unsigned datagrams = 20;
   for (unsigned d = 0; d < datagrams; ++d) {
     // The owner's run ends on a steering burst's boundary (64 packets, 3 per datagram).

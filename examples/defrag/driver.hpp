@@ -100,10 +100,14 @@ struct run_result {
 };
 
 namespace detail {
-// A 64-bit mixer (the finaliser of MurmurHash3): spreading, not security.
+// A 64-bit mixer (the finaliser of MurmurHash3, both rounds): spreading, not security.
+// (With its first round only, the top bit that picks one of two workers gave one 8%
+// more of --synthetic's fragments than the other; with both, 0.5%.)
 inline std::uint64_t mix(std::uint64_t h) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccd;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53;
   h ^= h >> 33;
   return h;
 }
