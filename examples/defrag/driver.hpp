@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -346,7 +347,7 @@ struct alignas(64) worker_slot {
 };
 
 struct shared {
-  engine& eng;
+  engine* eng;         // made by worker 0 before the start (pass())
   std::mutex* global;  // null: the engine's own per-bucket locking only
   const pcap_io::capture& cap;
   std::vector<worker_slot>& slots;
@@ -381,14 +382,14 @@ inline void maybe_expire(shared& s, std::int64_t now) {
   if (!s.next_tick.compare_exchange_strong(tick, now + s.tick_ns, std::memory_order_relaxed))
     return;
   std::int64_t since = now - (tick - s.tick_ns);
-  std::size_t buckets = s.eng.initial_config().buckets;
+  std::size_t buckets = s.eng->initial_config().buckets;
   std::size_t share =
       since >= s.sweep_ns
           ? buckets
           : static_cast<std::size_t>(static_cast<double>(buckets) * static_cast<double>(since) /
                                      static_cast<double>(s.sweep_ns));
   share = std::clamp<std::size_t>(share, 1, buckets);
-  locked(s, [&] { s.eng.expire(now, share); });
+  locked(s, [&] { s.eng->expire(now, share); });
 }
 
 // One step of waiting for another worker: spins first, up to about 0.8 ms here
@@ -454,7 +455,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
         slot.delivered_count += static_cast<std::int64_t>(d.size() != 0);
       }
     };
-    locked(s, [&] { s.eng.input_borrowed(r.ts_ns, s.cap.ip(r), out); });
+    locked(s, [&] { s.eng->input_borrowed(r.ts_ns, s.cap.ip(r), out); });
   };
   // Both lines the headers can span: parse() reads up to 56 bytes (IPv6, its fragment
   // header, the ports), which straddle a line unless the packet starts a line's first
@@ -605,16 +606,16 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   slot.position.store(done, std::memory_order_relaxed);
 }
 
-// One pass on a fresh engine; returns its wall time (ns): from the first worker's
-// start to the last worker's end, so that waking the workers up is not counted.
+// One pass on a fresh engine, made in `eng`; returns its wall time (ns): from the first
+// worker's start to the last worker's end, so that waking the workers up is not counted.
 // Leaves results (and each worker's CPU time) in `slots`.
-inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
+inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& cap,
                          const std::vector<std::vector<std::uint32_t>>& lists,
                          const std::vector<std::int64_t>& capture_clock, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
-  const config& c = eng.initial_config();
-  shared s{eng,
+  const config& c = o.cfg;
+  shared s{nullptr,
            o.global_lock ? &global : nullptr,
            cap,
            slots,
@@ -635,14 +636,26 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
   // (Woken from a futex, the second one started tens of microseconds after the first,
   // which spent them waiting for it in pace(): counted in the pass.)
   std::atomic<std::size_t> arrived{0};
+  std::exception_ptr failed;
   std::vector<std::thread> threads;
   for (std::size_t w = 0; w < lists.size(); ++w) {
     threads.emplace_back([&, w] {
       pthread_setname_np(pthread_self(), "defrag-worker");  // for perf --comm, top -H
-      // Relaxed: a start signal only; the thread's creation orders what it reads.
-      arrived.fetch_add(1, std::memory_order_relaxed);
-      for (int round = 0; arrived.load(std::memory_order_relaxed) < lists.size(); ++round)
+      // Worker 0 makes the engine, so that its table is in a worker's cache, not in the
+      // cache of the core the main thread ran on (a miss per bucket on the kernel
+      // capture's short passes), as a table lives where it is used.
+      if (w == 0) {
+        try {
+          s.eng = (eng = std::make_unique<engine>(o.cfg)).get();
+        } catch (...) {
+          failed = std::current_exception();  // rethrown after the join; all leave
+        }
+      }
+      // Release and acquire: the others use the engine worker 0 made.
+      arrived.fetch_add(1, std::memory_order_release);
+      for (int round = 0; arrived.load(std::memory_order_acquire) < lists.size(); ++round)
         back_off(round);
+      if (!s.eng) return;
       slots[w].start_ns = clock::now().time_since_epoch().count();
       std::int64_t cpu = thread_cpu_ns();
       if (keep)
@@ -655,6 +668,7 @@ inline std::int64_t pass(engine& eng, const pcap_io::capture& cap,
   }
   for (auto& t : threads)
     t.join();
+  if (failed) std::rethrow_exception(failed);
   std::int64_t start = slots.front().start_ns, end = slots.front().end_ns;
   for (auto& sl : slots) {
     start = std::min(start, sl.start_ns);
@@ -703,9 +717,9 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   for (std::size_t i = 0; i < clock.size(); ++i)
     clock[i] = i == 0 ? cap.packets[0].ts_ns : std::max(clock[i - 1], cap.packets[i].ts_ns);
   {
-    auto eng = std::make_unique<engine>(o.cfg);
+    std::unique_ptr<engine> eng;
     std::vector<detail::worker_slot> slots(workers);
-    res.pass_ns.push_back(detail::pass(*eng, cap, lists, clock, o, true, slots));
+    res.pass_ns.push_back(detail::pass(eng, cap, lists, clock, o, true, slots));
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     res.pending_at_end = detail::expire_all(*eng, cap);
     for (const auto& sl : slots)
@@ -728,9 +742,9 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   std::vector<std::int64_t> timed, timed_cpu;
   auto started = std::chrono::steady_clock::now();
   for (unsigned p = 0; p < o.repeat; ++p) {
-    auto eng = std::make_unique<engine>(o.cfg);
+    std::unique_ptr<engine> eng;
     std::vector<detail::worker_slot> slots(workers);
-    std::int64_t ns = detail::pass(*eng, cap, lists, clock, o, false, slots);
+    std::int64_t ns = detail::pass(eng, cap, lists, clock, o, false, slots);
     res.pass_ns.push_back(ns);
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     timed.push_back(ns);
