@@ -56,8 +56,7 @@
 // Eviction policy and guarantee. A positive charge first reserves its delta; if
 // compare() then finds the total over the budget, it backs the delta out and evicts:
 // it samples k = eviction_samples distinct random non-empty buckets (at most 8k
-// probed; a probe reads every bucket of a random cache line, two with the default
-// lock, for the one miss), removes every expired entry there, and if there was none, the least
+// probes), removes every expired entry there, and if there was none, the least
 // recently touched entry of those buckets, then tries again (at most
 // eviction_attempts times). It does so without walking every sampled bucket: each
 // bucket keeps two hints, written under its lock and read without it, that never
@@ -114,7 +113,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -188,31 +186,13 @@ class bucket_table {
   // sweep(), which check what they pick under the lock. Each is a lower bound of its
   // field over the bucket's entries (raised to the exact minimum when a walk of the
   // whole chain sees them all); INT64_MAX until the first entry. 32 bytes with
-  // queued_lock, so two buckets share a line and none straddles one (the array
-  // starts a line).
+  // queued_lock, so two buckets share a line and none straddles one.
   struct alignas(32) bucket {
     Lock lock;
     atomic<node*> head{nullptr};
     atomic<std::int64_t> oldest{std::numeric_limits<std::int64_t>::max()};  // last_used
     atomic<std::int64_t> due{std::numeric_limits<std::int64_t>::max()};     // deadline
   };
-  // Buckets per cache line: eviction probes a line's buckets together, for one miss.
-  static constexpr std::size_t line_buckets =
-      cache_line_size % sizeof(bucket) == 0 ? cache_line_size / sizeof(bucket) : 1;
-  struct bucket_array_delete {
-    std::size_t n;
-    void operator()(bucket* p) const noexcept {
-      std::destroy_n(p, n);
-      ::operator delete (p, std::align_val_t{cache_line_size});
-    }
-  };
-  using bucket_array = std::unique_ptr<bucket[], bucket_array_delete>;
-  static bucket_array make_buckets(std::size_t n) {
-    void* raw = ::operator new (n * sizeof(bucket), std::align_val_t{cache_line_size});
-    auto* p = static_cast<bucket*>(raw);
-    std::uninitialized_default_construct_n(p, n);  // bucket's constructors do not throw
-    return bucket_array(p, bucket_array_delete{n});
-  }
   // Nodes unlinked under a bucket lock; their events are raised and they are
   // destroyed once no lock is held (finish()).
   struct reclaim_lists {
@@ -302,7 +282,7 @@ class bucket_table {
         hash_(std::move(hash)),
         mask_(std::bit_ceil(opt.buckets < 1 ? std::size_t{1} : opt.buckets) - 1),
         index_bits_(static_cast<unsigned>(std::popcount(mask_))),
-        buckets_(make_buckets(mask_ + 1)) {
+        buckets_(new bucket[mask_ + 1]) {
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     std::int64_t batch = opt_.charge_batch;
@@ -614,7 +594,6 @@ class bucket_table {
     unsigned have = 0;
     const unsigned max_probes = 8 * want;
     unsigned probes = 0;
-    const std::size_t group = std::min(line_buckets, mask_ + 1);
     random_indices pick(index_bits_);
     // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
     auto draw = [&] {
@@ -624,20 +603,16 @@ class bucket_table {
         // predicted. The probes' loads do not depend on one another, so their cache
         // misses overlap. (A hint, read without the lock: an empty bucket is not
         // worth its lock.)
-        // A probe reads all the buckets of a line: the miss is the cost, and their
-        // entries are as random as any (bucket placement is by a keyed hash).
-        bucket* found[max_eviction_samples + line_buckets];
+        bucket* found[max_eviction_samples];
         const unsigned need = want - have;
         unsigned n = 0;
         while (n < need && probes < max_probes) {
-          bucket* line = &buckets_[pick.next() & mask_ & ~(group - 1)];
-          probes += static_cast<unsigned>(group);
-          for (std::size_t j = 0; j < group; ++j) {
-            found[n] = line + j;
-            n += line[j].head.load(std::memory_order_relaxed) != nullptr;
-          }
+          bucket* b = &buckets_[pick.next() & mask_];
+          ++probes;
+          found[n] = b;
+          n += b->head.load(std::memory_order_relaxed) != nullptr;
         }
-        for (unsigned i = 0; i < n && have < want; ++i) {
+        for (unsigned i = 0; i < n; ++i) {
           bucket& b = *found[i];
           if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
           // Relaxed: hints, checked under the lock before they decide (lower_hint()).
@@ -795,7 +770,7 @@ class bucket_table {
   Hash hash_;
   std::size_t mask_;
   unsigned index_bits_;  // of mask_
-  bucket_array buckets_;
+  std::unique_ptr<bucket[]> buckets_;
   percpu_counter<std::int64_t, Policy> mem_;
   percpu_counter<std::int64_t, Policy> count_;
   alignas(cache_line_size) atomic<std::size_t> cursor_{0};
