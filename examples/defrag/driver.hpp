@@ -102,7 +102,7 @@ struct run_result {
 
 namespace detail {
 // A 64-bit mixer (the finaliser of MurmurHash3, both rounds): spreading, not security.
-// (With its first round only, the top bit that picks one of two workers gave one 8%
+// (With its first round only, the top bit that picks one of two workers gave one 8.7%
 // more of --synthetic's fragments than the other; with both, 0.5%.)
 inline std::uint64_t mix(std::uint64_t h) {
   h ^= h >> 33;
