@@ -859,12 +859,51 @@ TEST(DefragCli, WritesTheDeliveredDatagrams) {
 
 TEST(DefragCli, BadOptionsExit2) {
   temp_dir tmp;
-  for (const char* args : {"--threads 0 x.pcap", "--bogus x.pcap", "", "--policy nope x.pcap",
-                           "--timeout -1 x.pcap", "a.pcap b.pcap", "--flood 3 x.pcap"}) {
+  for (const char* args :
+       {"--threads 0 x.pcap", "--bogus x.pcap", "", "--policy nope x.pcap", "--timeout -1 x.pcap",
+        "a.pcap b.pcap", "--flood 3 x.pcap", "--synthetic --paired-with 1",
+        "--synthetic --repeat 1 --paired-with 0"}) {
     auto o = run_program(args, tmp);
     EXPECT_EQ(o.status, 2) << args;
     EXPECT_NE(o.err.find("hotpath-defrag:"), std::string::npos) << args;
   }
+}
+
+// --paired-with: timed passes at a second worker count, beside the first count's, in the
+// summary and the JSON; the first pass (the output) and the timed passes' count unchanged.
+TEST(DefragCli, PairedPassesReportBothWorkerCounts) {
+  defrag::synthetic::options so;
+  so.datagrams = 200;
+  const auto traffic = defrag::synthetic::generate(so);
+  defrag::driver::run_options o;
+  o.threads = 2;
+  o.repeat = 4;
+  const auto plain = defrag::driver::run(traffic.cap, o);
+  o.paired_threads = 1;
+  const auto paired = defrag::driver::run(traffic.cap, o);
+  EXPECT_LT(plain.paired_speedup, 0);
+  EXPECT_EQ(paired.pass_ns.size(), 1u + o.repeat);  // the paired passes are not mixed in
+  EXPECT_GT(paired.ns_per_fragment, 0);
+  EXPECT_GT(paired.paired_ns_per_fragment, 0);
+  EXPECT_GT(paired.paired_speedup, 0);
+  EXPECT_EQ(paired.first[counter::reasm_oks], plain.first[counter::reasm_oks]);
+  EXPECT_EQ(paired.out.size(), plain.out.size());
+
+  temp_dir tmp;
+  auto r = run_program(
+      "--synthetic --datagrams 200 --threads 2 --repeat 2 --paired-with 1 "
+      "--json '" +
+          (tmp / "out.json") + "'",
+      tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string json = read_text(tmp / "out.json");
+  EXPECT_EQ(json_int(json, "paired_threads"), 1);
+  for (const char* key : {"paired_ns_per_fragment", "paired_speedup"}) {
+    const std::size_t k = json.find("\"" + std::string(key) + "\":");
+    ASSERT_NE(k, std::string::npos) << key;
+    EXPECT_GT(std::stod(json.substr(k + std::strlen(key) + 3)), 0) << key;
+  }
+  EXPECT_NE(read_text(tmp / "stdout.txt").find("paired passes"), std::string::npos);
 }
 
 TEST(DefragCli, RejectsWhatIsNotACapture) {

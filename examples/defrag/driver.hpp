@@ -64,6 +64,11 @@ struct run_options {
   // a datagram's table entry is then touched by one core only. Off: every worker
   // feeds the engine what RSS gave it (the table is shared either way).
   bool steer = true;
+  // Timed passes at this many workers too (0: none), interleaved with the others two by
+  // two in alternating order, so that both meet the same machine state: on a shared or
+  // throttled machine one worker's speed moves 1.7x within a second, and the medians of
+  // two runs then compare machine states rather than worker counts.
+  unsigned paired_threads = 0;
   // Called between passes of long runs with a line for stderr.
   std::function<void(const std::string&)> progress;
 };
@@ -94,6 +99,11 @@ struct run_result {
   // Reassembly must read every payload at least once: when the capture is larger than
   // the caches, this is the floor under ns_per_fragment.
   double copy_ns_per_fragment = -1;
+  // With run_options::paired_threads: ns_per_fragment at that many workers, and the
+  // median over the pairs of passes that ran next to each other of (its pass's wall
+  // time / this run's): how many times faster `threads` workers are.
+  double paired_ns_per_fragment = -1;
+  double paired_speedup = -1;
 
   std::span<const std::uint8_t> datagram(const delivered& d) const {
     return {bytes.data() + d.offset, d.length};
@@ -739,16 +749,33 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
                        sl->bytes.begin() + static_cast<std::ptrdiff_t>(d->offset + d->length));
     }
   }
-  std::vector<std::int64_t> timed, timed_cpu;
+  std::vector<std::int64_t> timed, timed_cpu, paired;
+  std::vector<double> speedups;
+  const auto paired_lists =
+      o.paired_threads ? spread(cap, o.paired_threads) : std::vector<std::vector<std::uint32_t>>{};
+  auto timed_pass = [&](const std::vector<std::vector<std::uint32_t>>& ls, std::int64_t& cpu) {
+    std::unique_ptr<engine> eng;
+    std::vector<detail::worker_slot> slots(ls.size());
+    const std::int64_t ns = detail::pass(eng, cap, ls, clock, o, false, slots);
+    cpu = detail::cpu_sum(slots);
+    return ns;
+  };
   auto started = std::chrono::steady_clock::now();
   for (unsigned p = 0; p < o.repeat; ++p) {
-    std::unique_ptr<engine> eng;
-    std::vector<detail::worker_slot> slots(workers);
-    std::int64_t ns = detail::pass(eng, cap, lists, clock, o, false, slots);
+    std::int64_t cpu = 0, paired_cpu = 0, other = 0;
+    // Pairs alternate which goes first: neither gets the warmer start every time.
+    if (o.paired_threads && p % 2 == 1) other = timed_pass(paired_lists, paired_cpu);
+    const std::int64_t ns = timed_pass(lists, cpu);
+    if (o.paired_threads && p % 2 == 0) other = timed_pass(paired_lists, paired_cpu);
+    if (o.paired_threads) {
+      paired.push_back(other);
+      speedups.push_back(static_cast<double>(other) /
+                         static_cast<double>(std::max<std::int64_t>(ns, 1)));
+    }
     res.pass_ns.push_back(ns);
-    res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
+    res.pass_cpu_ns.push_back(cpu);
     timed.push_back(ns);
-    timed_cpu.push_back(res.pass_cpu_ns.back());
+    timed_cpu.push_back(cpu);
     if (o.progress && std::chrono::steady_clock::now() - started > std::chrono::seconds(2)) {
       std::int64_t frags = res.first[counter::fragments_in];
       o.progress("pass " + std::to_string(p + 1) + "/" + std::to_string(o.repeat) + ": " +
@@ -759,6 +786,10 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   if (!timed.empty() && frags > 0) {
     res.ns_per_fragment = hotpath::measure::median(timed) / static_cast<double>(frags);
     res.cpu_ns_per_fragment = hotpath::measure::median(timed_cpu) / static_cast<double>(frags);
+    if (!paired.empty()) {
+      res.paired_ns_per_fragment = hotpath::measure::median(paired) / static_cast<double>(frags);
+      res.paired_speedup = hotpath::measure::median(speedups);
+    }
     std::vector<std::uint8_t> scratch(std::size_t{1} << 16);
     std::vector<std::int64_t> copies;
     for (unsigned p = 0; p < o.repeat; ++p)

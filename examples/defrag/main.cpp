@@ -68,6 +68,11 @@ options:
                      same from the workers' CPU time, and copy_ns_per_fragment: the
                      baseline of one thread copying every packet once (CPU time)
                      (default: 0)
+  --paired-with M    with --repeat: each timed pass is paired with one at M workers,
+                     the two next to each other, in alternating order, and the
+                     summary adds paired_ns_per_fragment and paired_speedup (median
+                     over the pairs of the M-worker pass's time over this one's):
+                     worker counts compared in the same machine state
   --json FILE        also write the summary as JSON ("-": standard output)
   --synthetic        make the traffic in process instead of reading INPUT: legit
                      fragmented UDP datagrams (IPv4 and IPv6, 1800 to 24000 bytes)
@@ -163,6 +168,8 @@ options parse(int argc, char** argv) {
       o.run.window = parse_number<std::size_t>(a, value(), 1, std::size_t{1} << 40);
     } else if (a == "--repeat") {
       o.run.repeat = parse_number<unsigned>(a, value(), 0, 100000);
+    } else if (a == "--paired-with") {
+      o.run.paired_threads = parse_number<unsigned>(a, value(), 1, 64);
     } else if (a == "--json") {
       o.json = value();
     } else if (a == "--synthetic") {
@@ -189,6 +196,8 @@ options parse(int argc, char** argv) {
   if (!o.synthetic && o.input.empty()) throw bad_option("no INPUT (or --synthetic)");
   if (!o.synthetic && (o.syn.flood != 0 || o.syn.blackout || o.syn.datagrams != 0))
     throw bad_option("--datagrams, --flood and --blackout need --synthetic");
+  if (o.run.paired_threads != 0 && o.run.repeat == 0)
+    throw bad_option("--paired-with needs --repeat");
   return o;
 }
 
@@ -291,6 +300,14 @@ void print_summary(std::ostream& os, const report& rep) {
     os << "  copy floor            " << c.str()
        << "  (CPU ns per fragment to copy every packet once, one thread)\n";
   }
+  if (rep.r.paired_speedup >= 0) {
+    std::ostringstream n;
+    n.precision(2);
+    n << std::fixed << rep.r.paired_ns_per_fragment << " at " << o.run.paired_threads
+      << " workers; " << std::max(1u, o.run.threads) << " are " << rep.r.paired_speedup
+      << "x as fast";
+    os << "  paired passes         " << n.str() << "  (median of " << o.run.repeat << " pairs)\n";
+  }
 }
 
 void write_json(std::ostream& os, const report& rep) {
@@ -345,6 +362,11 @@ void write_json(std::ostream& os, const report& rep) {
     os << (i ? ", " : "") << rep.r.pass_cpu_ns[i];
   os << "],\n";
   os << "  \"repeat\": " << o.run.repeat << ",\n";
+  if (rep.r.paired_speedup >= 0) {
+    os << "  \"paired_threads\": " << o.run.paired_threads << ",\n";
+    os << "  \"paired_ns_per_fragment\": " << rep.r.paired_ns_per_fragment << ",\n";
+    os << "  \"paired_speedup\": " << rep.r.paired_speedup << ",\n";
+  }
   if (rep.r.cpu_ns_per_fragment >= 0) {
     os << "  \"cpu_ns_per_fragment\": " << rep.r.cpu_ns_per_fragment << ",\n";
     os << "  \"copy_ns_per_fragment\": " << rep.r.copy_ns_per_fragment << ",\n";
