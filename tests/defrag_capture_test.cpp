@@ -886,6 +886,13 @@ TEST(DefragCli, PairedPassesReportBothWorkerCounts) {
   EXPECT_GT(paired.ns_per_fragment, 0);
   EXPECT_GT(paired.paired_ns_per_fragment, 0);
   EXPECT_GT(paired.paired_speedup, 0);
+  // The speedup is what the pairs say: each paired pass over the pass it ran beside.
+  ASSERT_EQ(paired.paired_pass_ns.size(), std::size_t{o.repeat});
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < paired.paired_pass_ns.size(); ++i)
+    ratios.push_back(static_cast<double>(paired.paired_pass_ns[i]) /
+                     static_cast<double>(paired.pass_ns[i + 1]));
+  EXPECT_DOUBLE_EQ(paired.paired_speedup, hotpath::measure::median(ratios));
   EXPECT_EQ(paired.first[counter::reasm_oks], plain.first[counter::reasm_oks]);
   EXPECT_EQ(paired.out.size(), plain.out.size());
 

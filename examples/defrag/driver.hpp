@@ -66,8 +66,8 @@ struct run_options {
   bool steer = true;
   // Timed passes at this many workers too (0: none), interleaved with the others two by
   // two in alternating order, so that both meet the same machine state: on a shared or
-  // throttled machine one worker's speed moves 1.7x within a second, and the medians of
-  // two runs then compare machine states rather than worker counts.
+  // throttled machine one worker's speed moves 1.7x between runs and within one, and the
+  // medians of two runs then compare machine states rather than worker counts.
   unsigned paired_threads = 0;
   // Called between passes of long runs with a line for stderr.
   std::function<void(const std::string&)> progress;
@@ -104,6 +104,8 @@ struct run_result {
   // time / this run's): how many times faster `threads` workers are.
   double paired_ns_per_fragment = -1;
   double paired_speedup = -1;
+  // Wall and CPU time of every paired pass: the pair of pass_ns[i + 1] is at i.
+  std::vector<std::int64_t> paired_pass_ns, paired_pass_cpu_ns;
 
   std::span<const std::uint8_t> datagram(const delivered& d) const {
     return {bytes.data() + d.offset, d.length};
@@ -749,7 +751,7 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
                        sl->bytes.begin() + static_cast<std::ptrdiff_t>(d->offset + d->length));
     }
   }
-  std::vector<std::int64_t> timed, timed_cpu, paired;
+  std::vector<std::int64_t> timed, timed_cpu;
   std::vector<double> speedups;
   const auto paired_lists =
       o.paired_threads ? spread(cap, o.paired_threads) : std::vector<std::vector<std::uint32_t>>{};
@@ -768,7 +770,8 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     const std::int64_t ns = timed_pass(lists, cpu);
     if (o.paired_threads && p % 2 == 0) other = timed_pass(paired_lists, paired_cpu);
     if (o.paired_threads) {
-      paired.push_back(other);
+      res.paired_pass_ns.push_back(other);
+      res.paired_pass_cpu_ns.push_back(paired_cpu);
       speedups.push_back(static_cast<double>(other) /
                          static_cast<double>(std::max<std::int64_t>(ns, 1)));
     }
@@ -786,8 +789,9 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   if (!timed.empty() && frags > 0) {
     res.ns_per_fragment = hotpath::measure::median(timed) / static_cast<double>(frags);
     res.cpu_ns_per_fragment = hotpath::measure::median(timed_cpu) / static_cast<double>(frags);
-    if (!paired.empty()) {
-      res.paired_ns_per_fragment = hotpath::measure::median(paired) / static_cast<double>(frags);
+    if (!speedups.empty()) {
+      res.paired_ns_per_fragment =
+          hotpath::measure::median(res.paired_pass_ns) / static_cast<double>(frags);
       res.paired_speedup = hotpath::measure::median(speedups);
     }
     std::vector<std::uint8_t> scratch(std::size_t{1} << 16);

@@ -71,8 +71,9 @@ options:
   --paired-with M    with --repeat: each timed pass is paired with one at M workers,
                      the two next to each other, in alternating order, and the
                      summary adds paired_ns_per_fragment and paired_speedup (median
-                     over the pairs of the M-worker pass's time over this one's):
-                     worker counts compared in the same machine state
+                     over the pairs of the M-worker pass's time over this one's; the
+                     upper middle one for an even N): worker counts compared in the
+                     same machine state (M = --threads: an A/A check of the noise)
   --json FILE        also write the summary as JSON ("-": standard output)
   --synthetic        make the traffic in process instead of reading INPUT: legit
                      fragmented UDP datagrams (IPv4 and IPv6, 1800 to 24000 bytes)
@@ -301,11 +302,13 @@ void print_summary(std::ostream& os, const report& rep) {
        << "  (CPU ns per fragment to copy every packet once, one thread)\n";
   }
   if (rep.r.paired_speedup >= 0) {
+    auto workers = [](unsigned n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); };
     std::ostringstream n;
+    n.precision(1);
+    n << std::fixed << rep.r.paired_ns_per_fragment << " ns per fragment at "
+      << workers(o.run.paired_threads) << "; " << workers(std::max(1u, o.run.threads));
     n.precision(2);
-    n << std::fixed << rep.r.paired_ns_per_fragment << " at " << o.run.paired_threads
-      << " workers; " << std::max(1u, o.run.threads) << " are " << rep.r.paired_speedup
-      << "x as fast";
+    n << " " << rep.r.paired_speedup << "x as fast";
     os << "  paired passes         " << n.str() << "  (median of " << o.run.repeat << " pairs)\n";
   }
 }
@@ -366,6 +369,10 @@ void write_json(std::ostream& os, const report& rep) {
     os << "  \"paired_threads\": " << o.run.paired_threads << ",\n";
     os << "  \"paired_ns_per_fragment\": " << rep.r.paired_ns_per_fragment << ",\n";
     os << "  \"paired_speedup\": " << rep.r.paired_speedup << ",\n";
+    os << "  \"paired_pass_ns\": [";
+    for (std::size_t i = 0; i < rep.r.paired_pass_ns.size(); ++i)
+      os << (i ? ", " : "") << rep.r.paired_pass_ns[i];
+    os << "],\n";
   }
   if (rep.r.cpu_ns_per_fragment >= 0) {
     os << "  \"cpu_ns_per_fragment\": " << rep.r.cpu_ns_per_fragment << ",\n";
