@@ -361,6 +361,16 @@ struct two_hosts {
     defrag::synthetic::detail::emit_fragment(one, 0, a, 7, std::span(u).subspan(16, 24), 16, true);
     return defrag::driver::pick(*defrag::driver::steer_hash(one.ip(one.packets[0])), 2);
   }
+  // A UDP datagram carrying `payload` (from the next free port) whose first fragment of
+  // 1480 bytes, ports visible, RSS gives worker `to` of 2.
+  bytes datagram_for(std::size_t to, std::uint32_t id, const bytes& payload) {
+    for (;;) {
+      bytes u = defrag::synthetic::detail::udp(a, ++port, 9, payload);
+      defrag::pcap_io::capture one;
+      defrag::synthetic::detail::emit_fragment(one, 0, a, id, std::span(u).first(1480), 0, true);
+      if (rss(one.ip(one.packets[0]), 2) == to) return u;
+    }
+  }
   // `count` unfragmented UDP packets that RSS gives worker `to` of 2.
   void unfragmented_for(std::size_t to, unsigned count) {
     for (unsigned k = 0; k < count;) {
@@ -389,16 +399,10 @@ TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   for (unsigned d = 0; d < datagrams; ++d) {
     h.unfragmented_for(1 - owner, 300);
     const std::uint32_t id = 0x4000 + d;
-    bytes u;
-    for (;;) {  // a first fragment that RSS puts on the other worker
-      bytes payload(2000 - 8);
-      for (std::size_t i = 0; i < payload.size(); ++i)
-        payload[i] = static_cast<std::uint8_t>(d * 7 + i);
-      u = udp(h.a, ++h.port, 9, payload);
-      defrag::pcap_io::capture one;
-      emit_fragment(one, 0, h.a, id, std::span(u).first(1480), 0, true);
-      if (two_hosts::rss(one.ip(one.packets[0]), 2) != owner) break;
-    }
+    bytes payload(2000 - 8);
+    for (std::size_t i = 0; i < payload.size(); ++i)
+      payload[i] = static_cast<std::uint8_t>(d * 7 + i);
+    const bytes u = h.datagram_for(1 - owner, id, payload);  // first fragment: the other
     emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).first(1480), 0, true);
     bytes inside(u.begin() + 16, u.begin() + 40);
     inside[0] ^= 0xff;  // other bytes: a duplicate is dropped whatever it holds
@@ -442,13 +446,8 @@ TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
     h.unfragmented_for(owner, d == 0 ? 1024 : 1022);
     h.unfragmented_for(1 - owner, 600);
     const std::uint32_t id = 0x4000 + d;
-    bytes u;
-    for (;;) {  // a first fragment that RSS gives the other worker
-      u = udp(h.a, ++h.port, 9, bytes(2000 - 8, static_cast<std::uint8_t>(d)));
-      defrag::pcap_io::capture one;
-      emit_fragment(one, 0, h.a, id, std::span(u).first(1480), 0, true);
-      if (two_hosts::rss(one.ip(one.packets[0]), 2) != owner) break;
-    }
+    // Its first fragment RSS gives the other worker.
+    const bytes u = h.datagram_for(1 - owner, id, bytes(2000 - 8, static_cast<std::uint8_t>(d)));
     emit_fragment(h.cap, h.ts += 1000, h.a, id, bytes(u.begin() + 16, u.begin() + 40), 16, true);
     emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).first(1480), 0, true);
     emit_fragment(h.cap, h.ts += 1000, h.a, id, std::span(u).subspan(1480), 1480, false);
