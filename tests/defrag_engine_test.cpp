@@ -989,15 +989,32 @@ TEST(DefragTime, ExpireTouchesABoundedNumberOfBuckets) {
   EXPECT_EQ(h.e.snapshot().memory_bytes, 0);
 }
 
+// The table gets one bucket per 2 KiB of budget, a power of two, at least 64; an
+// explicit count stays.
+TEST(DefragConfig, BucketsFollowTheBudget) {
+  EXPECT_EQ(defrag::engine().initial_config().buckets, 2048u);  // 4 MiB
+  defrag::config c;
+  c.budget_bytes = 1 << 20;
+  EXPECT_EQ(defrag::engine(c).initial_config().buckets, 512u);
+  c.budget_bytes = 3 << 20;  // 1536: rounded up
+  EXPECT_EQ(defrag::resolved(c).buckets, 2048u);
+  c.budget_bytes = 1000;
+  EXPECT_EQ(defrag::resolved(c).buckets, 64u);
+  c.budget_bytes = std::int64_t{1} << 50;
+  EXPECT_EQ(defrag::resolved(c).buckets, std::size_t{1} << 24);
+  c.buckets = 100;
+  EXPECT_EQ(defrag::engine(c).initial_config().buckets, 100u);  // the table rounds it up
+}
+
 // Bogus first fragments that never complete, `ratio` per legit fragment, under a
 // budget: every legit datagram must still get through (Linux 6.18 delivers 18% at
 // 10:1 with 4 MiB), and the charge never passes the budget.
 TEST(DefragFlood, StaleDatagramsAreEvictedInsteadOfNewOnesRefused) {
   defrag::config c;
   c.budget_bytes = 1 << 20;
-  // Eviction samples buckets: keep them about as many as the datagrams the budget
-  // holds (about 350 here), or samples find too few entries (docs/defrag.md).
-  c.buckets = 512;
+  // The default bucket count, 512 here: about as many as the datagrams the budget
+  // holds (about 350), so that samples find entries (docs/defrag.md; with 4096 buckets
+  // a legit datagram was lost).
   harness h(c);
   family bogus = fam(4), legit = fam(4);
   bogus.s4.src = 0x0b000001;

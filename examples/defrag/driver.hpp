@@ -245,12 +245,12 @@ inline std::int64_t sweep_period_ns(const config& c) {
 // Expiry runs at most once a tick of capture time, and a tick is long enough for its
 // share to be a batch of buckets (or the whole table, if smaller), from 1 ms to a
 // whole period: a sweep call has a cost of its own (the shared cursor), which a
-// sparse capture would otherwise pay at every packet for a bucket or two (30 s / 4096
-// buckets x 64: about 0.5 s by default). Divided first, so it cannot overflow.
+// sparse capture would otherwise pay at every packet for a bucket or two (30 s / 2048
+// buckets x 64: about 1 s by default). Divided first, so it cannot overflow.
 inline constexpr std::size_t sweep_batch = 64;
 inline std::int64_t sweep_tick_ns(const config& c) {
   const std::int64_t period = sweep_period_ns(c);
-  const std::size_t buckets = std::max<std::size_t>(c.buckets, 1);
+  const std::size_t buckets = resolved(c).buckets;
   const auto batches = static_cast<std::int64_t>(buckets / std::min(sweep_batch, buckets));
   return std::clamp<std::int64_t>(period / batches, 1'000'000, period);
 }
@@ -626,7 +626,7 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
                          const std::vector<std::int64_t>& capture_clock, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
-  const config& c = o.cfg;
+  const config c = resolved(o.cfg);  // the bucket count the engine will have
   shared s{nullptr,
            o.global_lock ? &global : nullptr,
            cap,

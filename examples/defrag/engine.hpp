@@ -30,6 +30,7 @@
 //   an IPv6 atomic fragment, which Linux delivers, goes out without its fragment header.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -58,8 +59,28 @@ struct config {
   // Per datagram. Linux has no such limit (its memory threshold bounds a datagram),
   // so the default admits the most a datagram can have: 65535 bytes in 8-byte pieces.
   std::uint32_t max_fragments = 8192;
-  std::size_t buckets = 4096;  // fixed at construction
+  // Fixed at construction. 0: default_buckets(budget_bytes).
+  std::size_t buckets = 0;
 };
+
+// One bucket per 2 KiB of budget, a power of two, at least 64: about as many buckets as
+// the budget holds datagrams under a flood of first fragments (2.8 KiB each, queue
+// included), 2048 for 4 MiB. The evictor samples buckets: in a table much larger than
+// its population most probes find an empty bucket, so an eviction costs more probes
+// and weighs fewer datagrams (docs/defrag.md). Fewer buckets also make each sweep
+// cheaper; a lookup walks about one entry more at most.
+inline std::size_t default_buckets(std::int64_t budget_bytes) noexcept {
+  const auto per = static_cast<std::uint64_t>(std::max<std::int64_t>(budget_bytes, 0) / 2048);
+  return std::bit_ceil(std::clamp<std::uint64_t>(per, 64, std::uint64_t{1} << 24));
+}
+
+// The configuration an engine runs with: limits raised to their least, the bucket
+// count resolved.
+inline config resolved(config c) noexcept {
+  if (c.max_fragments < 1) c.max_fragments = 1;
+  if (c.buckets < 1) c.buckets = default_buckets(c.budget_bytes);
+  return c;
+}
 
 // Drop reasons and other counters; the kernel's names where they exist.
 enum class counter {
@@ -128,7 +149,7 @@ class engine {
  public:
   // `hash` fixes the table's hash key (reproducible tests); by default it is random.
   explicit engine(config c = {}, std::optional<hotpath::hash_key> hash = std::nullopt)
-      : initial_(sanitize(c)),
+      : initial_(resolved(c)),
         live_(initial_),
         table_(table_options(initial_),
                {.on_expire = [this](auto&) { count_loss(counter::reasm_timeout); },
@@ -189,7 +210,7 @@ class engine {
   // queued keep their deadline). `buckets` and `budget_bytes` are fixed at
   // construction; the values given for them are ignored.
   void reconfigure(const config& c) {
-    config n = sanitize(c);
+    config n = resolved(c);
     n.buckets = initial_.buckets;
     n.budget_bytes = initial_.budget_bytes;
     live_.store(n);
@@ -330,11 +351,6 @@ class engine {
     }
   }
 
-  static config sanitize(config c) {
-    if (c.max_fragments < 1) c.max_fragments = 1;
-    if (c.buckets < 1) c.buckets = 1;
-    return c;
-  }
   static hotpath::bucket_table_options table_options(const config& c) {
     hotpath::bucket_table_options o;
     o.buckets = c.buckets;

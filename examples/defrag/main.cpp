@@ -57,7 +57,8 @@ options:
                      a suffix k or M multiplies by 1024 or 1048576
   --timeout S        reassembly timeout in seconds of capture time, IPv4 and IPv6
                      (default: 30 for IPv4, 60 for IPv6, as Linux)
-  --buckets N        buckets of the engine's table (default: 4096)
+  --buckets N        buckets of the engine's table (default: one per 2 KiB of
+                     budget, a power of two: 2048 for 4 MiB)
   --window N         most packets (in capture order) a worker may run ahead of the
                      slowest one, as packets that arrive together are handled together
                      (default: 256; larger lets workers drift apart in capture time)
