@@ -3,7 +3,9 @@
 // kernel delivered, byte for byte, at 1 and 4 workers), capture I/O for every link type,
 // a flood and the blackout pattern under the default budget, and bad input on the CLI.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "driver.hpp"
@@ -489,6 +492,48 @@ TEST(DefragOrder, WorkersOwningNothingDoNotStallTheOwner) {
     EXPECT_EQ(r.first[counter::reasm_oks], datagrams);
     EXPECT_GT(r.handed_off, 1024);
   }
+}
+
+// A worker that cannot be started (no memory left for its stack): run() throws the
+// error after the workers already started have left. They used to wait at the start
+// barrier for the missing one, and the joinable threads ended the process
+// (std::terminate) as the error left pass().
+TEST(DefragRun, WorkerThatCannotStartIsReported) {
+#if HOTPATH_ASAN || HOTPATH_TSAN
+  GTEST_SKIP() << "a sanitizer's shadow memory needs more address space than the limit leaves";
+#else
+  using namespace defrag::synthetic::detail;
+  two_hosts h;
+  for (unsigned d = 0; d < 64; ++d) {
+    const bytes u = udp(h.a, static_cast<std::uint16_t>(1000 + d), 9, bytes(2000 - 8, 1));
+    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).first(1480), 0, true);
+    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).subspan(1480), 1480, false);
+  }
+  defrag::driver::run_options o;
+  o.threads = 64;
+  o.steer = false;  // no rings to allocate: the threads' stacks meet the limit first
+  EXPECT_EXIT(
+      {
+        // Room for a few more 8 MiB stacks, not for 64.
+        long pages = 0;
+        std::ifstream("/proc/self/statm") >> pages;
+        const auto in_use =
+            static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+        rlimit lim{};
+        ::getrlimit(RLIMIT_AS, &lim);
+        lim.rlim_cur = in_use + (rlim_t{32} << 20);
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+        try {
+          defrag::driver::run(h.cap, o);
+          ::_exit(1);  // every worker started: the limit did not bite
+        } catch (const std::system_error&) {
+          ::_exit(0);
+        } catch (...) {
+          ::_exit(2);
+        }
+      },
+      ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 // ------------------------------------------------------------ capture I/O

@@ -648,9 +648,13 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
   // (Woken from a futex, the second one started tens of microseconds after the first,
   // which spent them waiting for it in pace(): counted in the pass.)
   std::atomic<std::size_t> arrived{0};
+  // Set when a worker could not be started: those started leave the start barrier,
+  // which the missing ones would never reach, and the error goes to the caller.
+  std::atomic<bool> abandoned{false};
   std::exception_ptr failed;
   std::vector<std::thread> threads;
-  for (std::size_t w = 0; w < lists.size(); ++w) {
+  threads.reserve(lists.size());
+  auto launch = [&](std::size_t w) {
     threads.emplace_back([&, w] {
       pthread_setname_np(pthread_self(), "defrag-worker");  // for perf --comm, top -H
       // Worker 0 makes the engine, so that its table is in a worker's cache, not in the
@@ -665,8 +669,11 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
       }
       // Release and acquire: the others use the engine worker 0 made.
       arrived.fetch_add(1, std::memory_order_release);
-      for (int round = 0; arrived.load(std::memory_order_acquire) < lists.size(); ++round)
+      // Relaxed abandoned: it carries no data, and a worker that leaves uses none.
+      for (int round = 0; arrived.load(std::memory_order_acquire) < lists.size(); ++round) {
+        if (abandoned.load(std::memory_order_relaxed)) return;
         back_off(round);
+      }
       if (!s.eng) return;
       slots[w].start_ns = clock::now().time_since_epoch().count();
       std::int64_t cpu = thread_cpu_ns();
@@ -677,6 +684,15 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
       slots[w].end_ns = clock::now().time_since_epoch().count();
       slots[w].cpu_ns = thread_cpu_ns() - cpu;
     });
+  };
+  try {
+    for (std::size_t w = 0; w < lists.size(); ++w)
+      launch(w);
+  } catch (...) {  // std::system_error: out of threads or memory for a stack
+    abandoned.store(true, std::memory_order_relaxed);
+    for (auto& t : threads)
+      t.join();
+    throw;
   }
   for (auto& t : threads)
     t.join();
