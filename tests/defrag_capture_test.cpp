@@ -514,7 +514,12 @@ TEST(DefragRun, WorkerThatCannotStartIsReported) {
   o.steer = false;  // no rings to allocate: the threads' stacks meet the limit first
   EXPECT_EXIT(
       {
-        // Room for a few more 8 MiB stacks, not for 64.
+        // Room for a few more 8 MiB stacks, not for 64 (stacks of that size whatever
+        // the stack limit: with 256 KiB ones, 64 fit).
+        pthread_attr_t attr;
+        if (::pthread_attr_init(&attr) != 0 || ::pthread_attr_setstacksize(&attr, 8 << 20) != 0 ||
+            ::pthread_setattr_default_np(&attr) != 0)
+          ::_exit(3);
         long pages = 0;
         std::ifstream("/proc/self/statm") >> pages;
         const auto in_use =
@@ -850,6 +855,9 @@ TEST(DefragTime, SweepTickWithinItsPeriod) {
       EXPECT_LE(tick, period) << buckets << " buckets, timeout " << timeout;
     }
   }
+  // The default bucket count (0) is the engine's (2048 for 4 MiB), not one bucket,
+  // which would sweep the whole table once per timeout: 30 s / (2048 / 64).
+  EXPECT_EQ(defrag::driver::detail::sweep_tick_ns(defrag::config{}), 30'000'000'000 / 32);
 }
 
 // ------------------------------------------------------------ the CLI

@@ -626,7 +626,7 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
                          const std::vector<std::int64_t>& capture_clock, const run_options& o,
                          bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
-  const config c = resolved(o.cfg);  // the bucket count the engine will have
+  const config& c = o.cfg;
   shared s{nullptr,
            o.global_lock ? &global : nullptr,
            cap,
