@@ -374,6 +374,18 @@ struct two_hosts {
       if (rss(one.ip(one.packets[0]), 2) == to) return u;
     }
   }
+  // `count` UDP datagrams of 2000 bytes (datagram d's payload all d), ids from 0x4000,
+  // each in two fragments back to back, the first with its ports.
+  void split_datagrams(unsigned count) {
+    for (unsigned d = 0; d < count; ++d) {
+      const bytes u = defrag::synthetic::detail::udp(a, static_cast<std::uint16_t>(1000 + d), 9,
+                                                     bytes(2000 - 8, static_cast<std::uint8_t>(d)));
+      defrag::synthetic::detail::emit_fragment(cap, ts += 1000, a, 0x4000 + d,
+                                               std::span(u).first(1480), 0, true);
+      defrag::synthetic::detail::emit_fragment(cap, ts += 1000, a, 0x4000 + d,
+                                               std::span(u).subspan(1480), 1480, false);
+    }
+  }
   // `count` unfragmented UDP packets that RSS gives worker `to` of 2.
   void unfragmented_for(std::size_t to, unsigned count) {
     for (unsigned k = 0; k < count;) {
@@ -475,15 +487,9 @@ TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
 // ring holds. They must not hold the owner back (in pace(), a worker that owned
 // nothing once stayed at its start, and the owner waited for it forever).
 TEST(DefragOrder, WorkersOwningNothingDoNotStallTheOwner) {
-  using namespace defrag::synthetic::detail;
   two_hosts h;
   constexpr unsigned datagrams = 10000;
-  for (unsigned d = 0; d < datagrams; ++d) {
-    const bytes u = udp(h.a, static_cast<std::uint16_t>(1000 + d), 9,
-                        bytes(2000 - 8, static_cast<std::uint8_t>(d)));
-    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).first(1480), 0, true);
-    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).subspan(1480), 1480, false);
-  }
+  h.split_datagrams(datagrams);
   for (unsigned threads : {2u, 3u, 4u}) {
     SCOPED_TRACE(std::to_string(threads) + " workers");
     defrag::driver::run_options o;
@@ -502,13 +508,8 @@ TEST(DefragRun, WorkerThatCannotStartIsReported) {
 #if HOTPATH_ASAN || HOTPATH_TSAN
   GTEST_SKIP() << "a sanitizer's shadow memory needs more address space than the limit leaves";
 #else
-  using namespace defrag::synthetic::detail;
   two_hosts h;
-  for (unsigned d = 0; d < 64; ++d) {
-    const bytes u = udp(h.a, static_cast<std::uint16_t>(1000 + d), 9, bytes(2000 - 8, 1));
-    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).first(1480), 0, true);
-    emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000 + d, std::span(u).subspan(1480), 1480, false);
-  }
+  h.split_datagrams(64);
   defrag::driver::run_options o;
   o.threads = 64;
   o.steer = false;  // no rings to allocate: the threads' stacks meet the limit first

@@ -104,8 +104,8 @@ struct run_result {
   // time / this run's): how many times faster `threads` workers are.
   double paired_ns_per_fragment = -1;
   double paired_speedup = -1;
-  // Wall and CPU time of every paired pass: the pair of pass_ns[i + 1] is at i.
-  std::vector<std::int64_t> paired_pass_ns, paired_pass_cpu_ns;
+  // Wall time of every paired pass: the pair of pass_ns[i + 1] is at i.
+  std::vector<std::int64_t> paired_pass_ns;
 
   std::span<const std::uint8_t> datagram(const delivered& d) const {
     return {bytes.data() + d.offset, d.length};
@@ -787,7 +787,6 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     if (o.paired_threads && p % 2 == 0) other = timed_pass(paired_lists, paired_cpu);
     if (o.paired_threads) {
       res.paired_pass_ns.push_back(other);
-      res.paired_pass_cpu_ns.push_back(paired_cpu);
       speedups.push_back(static_cast<double>(other) /
                          static_cast<double>(std::max<std::int64_t>(ns, 1)));
     }
