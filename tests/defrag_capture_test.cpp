@@ -142,6 +142,7 @@ struct kernel_case {
   unsigned threads;
   bool global_lock = false;
   bool steer = true;
+  defrag::driver::rss_mode rss = defrag::driver::rss_mode::ports;
 };
 
 // Every kernel-judged capture in the data dir (NAME.expected.json beside NAME.pcapng;
@@ -153,7 +154,11 @@ struct kernel_case {
 // steering and at 2 under one global lock, and from the classic pcap when there is one.
 // (Without steering a datagram's fragments may be processed by two workers at once, in
 // either order: the seeds pass because their tearing cases' first fragments happen to
-// land on the owner at 4 workers; the probes would not.)
+// land on the owner at 4 workers; the probes would not.) Every capture also with RSS by
+// addresses at 2, 3, 4 and 8 workers, where each datagram's fragments all reach their
+// owner and nothing is steered. (These pass too with first fragments spread by ports
+// and nothing steered, as the pacing window keeps these captures' fragments in order:
+// DefragSpread.ByAddressesEachDatagramReachesItsOwner is what catches that.)
 std::vector<kernel_case> kernel_cases() {
   std::vector<std::string> names;
   if (!fs::is_directory(data_dir)) return {};  // AllSeedsFound says so
@@ -167,6 +172,8 @@ std::vector<kernel_case> kernel_cases() {
   for (const auto& s : names) {
     for (unsigned threads : {1u, 2u, 3u, 4u, 8u})
       v.push_back({s, s + ".pcapng", threads});
+    for (unsigned threads : {2u, 3u, 4u, 8u})
+      v.push_back({s, s + ".pcapng", threads, false, true, defrag::driver::rss_mode::addresses});
     if (s.starts_with("kernel-probes")) continue;
     v.push_back({s, s + ".pcapng", 4, false, false});
     v.push_back({s, s + ".pcapng", 2, true});
@@ -182,12 +189,14 @@ std::string kernel_case_name(const ::testing::TestParamInfo<kernel_case>& p) {
   return p.param.seed.substr(std::string_view("kernel-").size()) + "_" +
          (p.param.file.ends_with("ng") ? "pcapng" : "pcap") + "_threads" +
          std::to_string(p.param.threads) + (p.param.global_lock ? "_global_lock" : "") +
-         (p.param.steer ? "" : "_no_steer");
+         (p.param.steer ? "" : "_no_steer") +
+         (p.param.rss == defrag::driver::rss_mode::ports ? "" : "_rss_by_addresses");
 }
 
 void PrintTo(const kernel_case& c, std::ostream* os) {
   *os << c.file << " at " << c.threads << " threads" << (c.global_lock ? ", global lock" : "")
-      << (c.steer ? "" : ", no steering");
+      << (c.steer ? "" : ", no steering")
+      << (c.rss == defrag::driver::rss_mode::ports ? "" : ", RSS by addresses");
 }
 
 class KernelCapture : public ::testing::TestWithParam<kernel_case> {};
@@ -207,8 +216,9 @@ TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
   o.threads = GetParam().threads;
   o.global_lock = GetParam().global_lock;
   o.steer = GetParam().steer;
+  o.rss = GetParam().rss;
   auto r = defrag::driver::run(cap, o);
-  if (o.threads > 1 && o.steer)
+  if (o.threads > 1 && o.steer && o.rss == defrag::driver::rss_mode::ports)
     EXPECT_GT(r.handed_off, 0);  // the steering path ran
   else
     EXPECT_EQ(r.handed_off, 0);
@@ -294,6 +304,40 @@ TEST(DefragSpread, FragmentsOfOneDatagramReachDifferentWorkers) {
   for (const auto& [key, ws] : where)
     split += ws.size() > 1;
   EXPECT_GT(split * 3, where.size()) << split << " of " << where.size() << " datagrams split";
+}
+
+// RSS by addresses alone: every packet still goes to exactly one worker, each datagram's
+// fragments all to the one its steering hash picks (so the driver steers nothing), and
+// on traffic between many hosts both of 2 workers get some.
+TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
+  std::vector<defrag::pcap_io::capture> caps;
+  for (const char* f : {"kernel-seed1.pcapng", "kernel-probes1.pcapng"})
+    caps.push_back(defrag::pcap_io::read_capture((data_dir / f).string()));
+  defrag::synthetic::options so;
+  so.datagrams = 300;
+  caps.push_back(defrag::synthetic::generate(so).cap);
+  for (const auto& cap : caps) {
+    for (unsigned workers : {2u, 3u, 4u}) {
+      auto lists = defrag::driver::spread(cap, workers, defrag::driver::rss_mode::addresses);
+      std::set<std::uint32_t> all;
+      std::size_t fragments = 0;
+      for (unsigned w = 0; w < workers; ++w) {
+        all.insert(lists[w].begin(), lists[w].end());
+        for (std::uint32_t i : lists[w]) {
+          if (const auto h = defrag::driver::steer_hash(cap.ip(cap.packets[i]))) {
+            ++fragments;
+            EXPECT_EQ(defrag::driver::pick(*h, workers), w) << "packet " << i;
+          }
+        }
+      }
+      EXPECT_EQ(all.size(), cap.packets.size());
+      EXPECT_GT(fragments, 50u);
+      if (&cap == &caps.back()) {
+        EXPECT_FALSE(lists[0].empty());
+        EXPECT_FALSE(lists[1].empty());
+      }
+    }
+  }
 }
 
 // Steering (the RPS-like handoff): every fragment of a datagram gets the same steering
@@ -910,12 +954,33 @@ TEST(DefragCli, WritesTheDeliveredDatagrams) {
     EXPECT_GE(json_int(json, std::string(c)), 0) << c;
 }
 
+// --rss addresses reaches the driver: at 4 workers nothing is handed off (by default
+// the capture's first fragments are), the same datagrams come out, the JSON says which.
+TEST(DefragCli, RssByAddressesSteersNothing) {
+  temp_dir tmp;
+  const std::string in = (data_dir / "kernel-seed1.pcapng").string();
+  std::string json[2];
+  for (int by_addresses = 0; by_addresses < 2; ++by_addresses) {
+    const std::string file = tmp / ("out" + std::to_string(by_addresses) + ".json");
+    auto o = run_program(
+        "'" + in + "' --threads 4 --json '" + file + "'" + (by_addresses ? " --rss addresses" : ""),
+        tmp);
+    ASSERT_EQ(o.status, 0) << o.err;
+    json[by_addresses] = read_text(file);
+  }
+  EXPECT_NE(json[0].find("\"rss\": \"ports\""), std::string::npos);
+  EXPECT_NE(json[1].find("\"rss\": \"addresses\""), std::string::npos);
+  EXPECT_GT(json_int(json[0], "handed_off"), 0);
+  EXPECT_EQ(json_int(json[1], "handed_off"), 0);
+  EXPECT_EQ(json_int(json[1], "datagrams_out"), json_int(json[0], "datagrams_out"));
+}
+
 TEST(DefragCli, BadOptionsExit2) {
   temp_dir tmp;
   for (const char* args :
        {"--threads 0 x.pcap", "--bogus x.pcap", "", "--policy nope x.pcap", "--timeout -1 x.pcap",
         "a.pcap b.pcap", "--flood 3 x.pcap", "--synthetic --paired-with 1",
-        "--synthetic --repeat 1 --paired-with 0"}) {
+        "--synthetic --repeat 1 --paired-with 0", "--rss nope x.pcap"}) {
     auto o = run_program(args, tmp);
     EXPECT_EQ(o.status, 2) << args;
     EXPECT_NE(o.err.find("hotpath-defrag:"), std::string::npos) << args;

@@ -4,8 +4,10 @@
 // the ports are visible (unfragmented packets and first fragments), else by addresses,
 // so the fragments of one datagram reach different workers. Time is capture time.
 // Unless steering is off (--no-steer), the receiving worker then hands each fragment
-// to the worker that owns its datagram (a hash of its key), as RPS steers packets to
-// a cpu after RSS: one datagram's state stays on one core, the table stays shared.
+// to the worker that owns its datagram (a hash of its addresses), as RPS steers packets
+// to a cpu after RSS: one datagram's state stays on one core, the table stays shared.
+// With RSS by addresses alone (rss_mode::addresses) every fragment arrives on its owner
+// and nothing is steered.
 //
 // Each worker takes its packets in capture order (handed-off ones as they arrive). Workers keep
 // within `window` packets and `skew_ns` of each other's position in the capture, as packets that
@@ -44,8 +46,17 @@
 
 namespace defrag::driver {
 
+// What the simulated NIC's RSS hashes. `ports`: addresses, protocol and ports where the
+// ports are visible, as NICs hash UDP and TCP by default, so a datagram's first fragment
+// and the others usually reach different workers. `addresses`: addresses alone, for
+// every packet (`ethtool -N <dev> rx-flow-hash udp4 sd`; DPDK's RTE_ETH_RSS_IPV4), the
+// set-up DPDK's per-core reassembly requires: every fragment of a datagram then reaches
+// the worker that owns it, in capture order, and nothing is steered.
+enum class rss_mode { ports, addresses };
+
 struct run_options {
   config cfg;
+  rss_mode rss = rss_mode::ports;
   unsigned threads = 1;
   unsigned repeat = 0;       // passes after the first, each on a fresh engine, timed
   bool global_lock = false;  // one std::mutex around the engine: the baseline
@@ -190,6 +201,14 @@ inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
   return 0;
 }
 
+// The RSS hash of rss_mode::addresses: the addresses alone, for every packet; for a
+// fragment it is the value steer_hash() gives (below), so it picks the owner.
+inline std::uint64_t address_rss_hash(std::span<const std::uint8_t> ip) {
+  if (ip.size() >= 20 && ip[0] >> 4 == 4) return detail::address_hash(ip, false);
+  if (ip.size() >= 40 && ip[0] >> 4 == 6) return detail::address_hash(ip, true);
+  return 0;
+}
+
 // Which of n workers a hash picks (multiply and shift: a division costs tens of cycles).
 inline std::size_t pick(std::uint64_t h, std::size_t n) {
   __extension__ using u128 = unsigned __int128;
@@ -220,10 +239,14 @@ inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip)
 }
 
 // Which packets each of `workers` workers receives, in capture order.
-inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers) {
+inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers,
+                                                      rss_mode mode = rss_mode::ports) {
   std::vector<std::vector<std::uint32_t>> lists(workers);
-  for (std::size_t i = 0; i < c.packets.size(); ++i)
-    lists[pick(rss_hash(c.ip(c.packets[i])), workers)].push_back(static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < c.packets.size(); ++i) {
+    const auto ip = c.ip(c.packets[i]);
+    const std::uint64_t h = mode == rss_mode::ports ? rss_hash(ip) : address_rss_hash(ip);
+    lists[pick(h, workers)].push_back(static_cast<std::uint32_t>(i));
+  }
   return lists;
 }
 
@@ -640,7 +663,8 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
            {}};
   std::int64_t first_ts = cap.packets.empty() ? 0 : cap.packets.front().ts_ns;
   s.next_tick.store(first_ts + s.tick_ns, std::memory_order_relaxed);
-  if (o.steer && lists.size() > 1)
+  // Spread by addresses, every fragment is already on its owner: nothing to hand over.
+  if (o.steer && o.rss == rss_mode::ports && lists.size() > 1)
     for (std::size_t k = 0; k < lists.size() * lists.size(); ++k)
       s.rings.push_back(std::make_unique<handoff_ring>());
   using clock = std::chrono::steady_clock;
@@ -740,7 +764,7 @@ inline std::int64_t expire_all(engine& eng, const pcap_io::capture& cap) {
 inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   run_result res;
   unsigned workers = std::max(1u, o.threads);
-  auto lists = spread(cap, workers);
+  auto lists = spread(cap, workers, o.rss);
   std::vector<std::int64_t> clock(cap.packets.size());
   for (std::size_t i = 0; i < clock.size(); ++i)
     clock[i] = i == 0 ? cap.packets[0].ts_ns : std::max(clock[i - 1], cap.packets[i].ts_ns);
@@ -769,8 +793,8 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   }
   std::vector<std::int64_t> timed, timed_cpu;
   std::vector<double> speedups;
-  const auto paired_lists =
-      o.paired_threads ? spread(cap, o.paired_threads) : std::vector<std::vector<std::uint32_t>>{};
+  const auto paired_lists = o.paired_threads ? spread(cap, o.paired_threads, o.rss)
+                                             : std::vector<std::vector<std::uint32_t>>{};
   auto timed_pass = [&](const std::vector<std::vector<std::uint32_t>>& ls, std::int64_t& cpu) {
     std::unique_ptr<engine> eng;
     std::vector<detail::worker_slot> slots(ls.size());

@@ -50,6 +50,12 @@ options:
   --threads N        worker threads sharing one engine, 1-64 (default: 1)
   --global-lock      one std::mutex around the whole engine: the baseline that the
                      per-bucket locking is measured against
+  --rss MODE         what the NIC's RSS hash covers: ports (default: addresses,
+                     protocol and ports where visible, so a datagram's first fragment
+                     usually reaches another worker than the rest) or addresses (every
+                     packet by its addresses alone, as `ethtool -N DEV rx-flow-hash
+                     udp4 sd` sets: each datagram's fragments reach one worker, which
+                     owns it, and nothing is steered)
   --no-steer         each worker feeds the engine what RSS gave it; by default a
                      fragment is handed to the worker that owns its datagram (a hash
                      of the datagram's key picks it), as RPS steers packets to a cpu
@@ -157,6 +163,14 @@ options parse(int argc, char** argv) {
       o.run.threads = parse_number<unsigned>(a, value(), 1, 64);
     } else if (a == "--global-lock") {
       o.run.global_lock = true;
+    } else if (a == "--rss") {
+      std::string_view v = value();
+      if (v == "ports")
+        o.run.rss = defrag::driver::rss_mode::ports;
+      else if (v == "addresses")
+        o.run.rss = defrag::driver::rss_mode::addresses;
+      else
+        throw bad_option("--rss: unknown mode '" + std::string(v) + "' (ports or addresses)");
     } else if (a == "--no-steer") {
       o.run.steer = false;
     } else if (a == "--budget") {
@@ -340,6 +354,8 @@ void write_json(std::ostream& os, const report& rep) {
   os << "  \"policy\": " << str(defrag::name(o.run.cfg.pol)) << ",\n";
   os << "  \"threads\": " << o.run.threads << ",\n";
   os << "  \"global_lock\": " << (o.run.global_lock ? "true" : "false") << ",\n";
+  os << "  \"rss\": " << str(o.run.rss == defrag::driver::rss_mode::ports ? "ports" : "addresses")
+     << ",\n";
   os << "  \"frames_in\": " << rep.cap.frames_in << ",\n";
   os << "  \"not_ip\": " << rep.cap.not_ip << ",\n";
   os << "  \"snapped\": " << rep.cap.snapped << ",\n";
