@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Two defrag workers against one, beside the machine's cross-core line transfer.
+
+On a virtual machine the host may run the two vCPUs on cores that share a cache or on
+cores far apart, and move them while we run: a cache line then takes tens or hundreds
+of nanoseconds to pass between them, and two workers, which share the table, the
+steering rings and the pacing positions, gain or lose with it. Each round measures the
+transfer (hotpath-bench's baseline/line_transfer), then every --run in turn (each a
+`hotpath-defrag ARGS --paired-with 1`: 2 workers' passes paired with 1 worker's in one
+process), then the transfer again; rounds whose two transfer figures disagree (the
+host moved the vCPUs) are counted apart.
+
+  scripts/scaling/defrag_pairs.py [--build build/release] [--rounds 20]
+      [--run "--synthetic --repeat 9 --threads 2" --run "... --rss addresses"]
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+
+
+def transfer_ns(bench):
+    out = subprocess.run([bench, "--benchmark_filter=^baseline/line_transfer",
+                          "--benchmark_min_time=0.1", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["benchmarks"][0]["transfer"] * 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build/release", help="a release build directory")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--near-ns", type=float, default=150,
+                    help="a transfer below this is 'near', else 'far' (default 150)")
+    ap.add_argument("--run", action="append", help="hotpath-defrag arguments (repeatable)")
+    a = ap.parse_args()
+    runs = a.run or ["--synthetic --repeat 9 --threads 2"]
+    bench = os.path.join(a.build, "benchmarks", "hotpath-bench")
+    defrag = os.path.join(a.build, "examples", "defrag", "hotpath-defrag")
+    speedups = {}  # (run, state) -> [paired_speedup]
+    for r in range(a.rounds):
+        before = transfer_ns(bench)
+        got = []
+        for args in runs:
+            out = subprocess.run([defrag, *shlex.split(args), "--paired-with", "1", "--json", "-"],
+                                 check=True, capture_output=True, text=True).stdout
+            j = json.loads(out[out.index("{"):])
+            got.append((args, j["paired_ns_per_fragment"], j["paired_speedup"]))
+        after = transfer_ns(bench)
+        near = [t < a.near_ns for t in (before, after)]
+        state = "moved" if near[0] != near[1] else ("near" if near[0] else "far")
+        print(f"round {r + 1}: transfer {before:.0f} / {after:.0f} ns ({state})")
+        for args, one, x in got:
+            print(f"  {args}: 1 worker {one:.1f} ns/fragment, 2 workers {x:.2f}x")
+            speedups.setdefault((args, state), []).append(x)
+        sys.stdout.flush()
+    print("2 workers' speedup over 1, median (range) by where the vCPUs were:")
+    for (args, state), v in sorted(speedups.items()):
+        print(f"  {state:5} {len(v):3} rounds  {statistics.median(v):.2f}x "
+              f"({min(v):.2f}-{max(v):.2f})  {args}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
