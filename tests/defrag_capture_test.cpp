@@ -152,13 +152,12 @@ struct kernel_case {
 // the seeds' v4tear, and at 2-8 several probes, failed when an owner took a handed-off
 // first fragment after later fragments of its datagram). The seeds also at 4 without
 // steering and at 2 under one global lock, and from the classic pcap when there is one.
-// (Without steering a datagram's fragments may be processed by two workers at once, in
-// either order: the seeds pass because their tearing cases' first fragments happen to
-// land on the owner at 4 workers; the probes would not.) Every capture also with RSS by
-// addresses at 2, 3, 4 and 8 workers, where each datagram's fragments all reach their
-// owner and nothing is steered. (These pass too with first fragments spread by ports
-// and nothing steered, as the pacing window keeps these captures' fragments in order:
-// DefragSpread.ByAddressesEachDatagramReachesItsOwner is what catches that.)
+// Every capture also with RSS by addresses at 2, 3, 4 and 8 workers, where each
+// datagram's fragments all reach their owner and nothing is steered. (Without steering
+// a datagram's fragments may be processed by two workers at once, in either order; these
+// captures still pass that way, their fragments spaced out in time and kept in order by
+// the pacing window, so DefragOrder.* and DefragSpread.* are what catch a wrong order or
+// a wrong spread.)
 std::vector<kernel_case> kernel_cases() {
   std::vector<std::string> names;
   if (!fs::is_directory(data_dir)) return {};  // AllSeedsFound says so
@@ -320,9 +319,10 @@ TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
     for (unsigned workers : {2u, 3u, 4u}) {
       auto lists = defrag::driver::spread(cap, workers, defrag::driver::rss_mode::addresses);
       std::set<std::uint32_t> all;
-      std::size_t fragments = 0;
+      std::size_t fragments = 0, listed = 0;
       for (unsigned w = 0; w < workers; ++w) {
         all.insert(lists[w].begin(), lists[w].end());
+        listed += lists[w].size();
         for (std::uint32_t i : lists[w]) {
           if (const auto h = defrag::driver::steer_hash(cap.ip(cap.packets[i]))) {
             ++fragments;
@@ -331,6 +331,7 @@ TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
         }
       }
       EXPECT_EQ(all.size(), cap.packets.size());
+      EXPECT_EQ(listed, cap.packets.size());  // none twice
       EXPECT_GT(fragments, 50u);
       if (&cap == &caps.back()) {
         EXPECT_FALSE(lists[0].empty());

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -49,9 +50,10 @@ namespace defrag::driver {
 // What the simulated NIC's RSS hashes. `ports`: addresses, protocol and ports where the
 // ports are visible, as NICs hash UDP and TCP by default, so a datagram's first fragment
 // and the others usually reach different workers. `addresses`: addresses alone, for
-// every packet (`ethtool -N <dev> rx-flow-hash udp4 sd`; DPDK's RTE_ETH_RSS_IPV4), the
-// set-up DPDK's per-core reassembly requires: every fragment of a datagram then reaches
-// the worker that owns it, in capture order, and nothing is steered.
+// every packet (`ethtool -N <dev> rx-flow-hash udp4 sd`, and so for each flow type;
+// DPDK's RTE_ETH_RSS_IP), the set-up DPDK's per-core reassembly requires: every fragment
+// of a datagram then reaches the worker that owns it, in capture order, and nothing is
+// steered.
 enum class rss_mode { ports, addresses };
 
 struct run_options {
@@ -71,7 +73,7 @@ struct run_options {
   // fragments a slower worker has yet to deliver. On a host the cores' clocks agree.
   std::int64_t skew_ns = 1'000'000;
   // Hand each fragment that RSS gave to one worker over to the worker that owns its
-  // datagram (a hash of the datagram's key picks it), as RPS steers packets to a cpu:
+  // datagram (a hash of its addresses picks it), as RPS steers packets to a cpu:
   // a datagram's table entry is then touched by one core only. Off: every worker
   // feeds the engine what RSS gave it (the table is shared either way).
   bool steer = true;
@@ -227,13 +229,13 @@ inline std::size_t pick(std::uint64_t h, std::size_t n) {
 inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip) {
   if (ip.size() >= 20 && ip[0] >> 4 == 4) {
     if ((pcap_io::load_be16(ip.data() + 6) & 0x3fff) == 0) return std::nullopt;  // MF, offset
-    return detail::address_hash(ip, false);
+    return address_rss_hash(ip);
   }
   if (ip.size() >= 40 && ip[0] >> 4 == 6) {
     unsigned next = 0;
     bool fragment = false;
     detail::v6_upper(ip, next, fragment);
-    if (fragment) return detail::address_hash(ip, true);
+    if (fragment) return address_rss_hash(ip);
   }
   return std::nullopt;
 }
@@ -452,8 +454,7 @@ inline void back_off(int round) {
 // `seen` is the slowest position this worker last loaded. Positions only grow, so a
 // packet within reach of it is within reach of the current one, and the others' lines
 // are read only when it is not: each read fetches a line another core wrote, which
-// takes 230-300 ns when the host runs this machine's two vCPUs far apart (reading them
-// every 64 packets, two steered workers were 1.05x slower there).
+// costs hundreds of nanoseconds between distant cores (docs/defrag.md).
 template <class F>
 void pace(shared& s, std::size_t me, std::size_t index, std::size_t& seen, F&& meanwhile) {
   auto within = [&](std::size_t slowest) {
@@ -518,6 +519,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   auto maybe_pace = [&](std::uint32_t i, auto&& meanwhile) {
     if ((n++ & 63) != 0 && s.clock[i] <= paced_at + s.skew_ns) return;
     paced_at = s.clock[i];
+    // Positions only grow: pace() relies on it. (Ours: only this thread stores it.)
+    assert(i >= slot.position.load(std::memory_order_relaxed));
     slot.position.store(i, std::memory_order_relaxed);  // pacing only, see pace()
     pace(s, me, i, seen, meanwhile);
   };
@@ -641,6 +644,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     // packets to, which then never drained its full ring: review, 10000 datagrams
     // between two hosts at 2-4 workers.)
     reload();
+    x = first(from);  // after the load, as above: a packet handed off below known[w] shows
     std::size_t bound = x == none ? done : x;
     if (r < mine.size()) bound = std::min<std::size_t>(bound, mine[r]);
     for (std::size_t w = 0; w < workers; ++w)

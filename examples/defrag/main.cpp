@@ -50,15 +50,15 @@ options:
   --threads N        worker threads sharing one engine, 1-64 (default: 1)
   --global-lock      one std::mutex around the whole engine: the baseline that the
                      per-bucket locking is measured against
-  --rss MODE         what the NIC's RSS hash covers: ports (default: addresses,
-                     protocol and ports where visible, so a datagram's first fragment
-                     usually reaches another worker than the rest) or addresses (every
-                     packet by its addresses alone, as `ethtool -N DEV rx-flow-hash
-                     udp4 sd` sets: each datagram's fragments reach one worker, which
-                     owns it, and nothing is steered)
+  --rss MODE         what the NIC's RSS hash covers: `ports` (the default) hashes
+                     addresses, protocol and ports where visible, so a datagram's first
+                     fragment usually reaches another worker than the rest; `addresses`
+                     hashes every packet by its addresses alone (`ethtool -N DEV
+                     rx-flow-hash udp4 sd`, and so for each flow type): each datagram's
+                     fragments reach the worker that owns it, and nothing is steered
   --no-steer         each worker feeds the engine what RSS gave it; by default a
                      fragment is handed to the worker that owns its datagram (a hash
-                     of the datagram's key picks it), as RPS steers packets to a cpu
+                     of its addresses picks it), as RPS steers packets to a cpu
   --budget BYTES     memory budget, in the kernel's truesize units (default: 4194304);
                      a suffix k or M multiplies by 1024 or 1048576
   --timeout S        reassembly timeout in seconds of capture time, IPv4 and IPv6

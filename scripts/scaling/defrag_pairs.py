@@ -9,7 +9,8 @@ steering rings and the pacing positions, gain or lose with it. Each round measur
 transfer (hotpath-bench's baseline/line_transfer), then every --run in turn (each a
 `hotpath-defrag ARGS --paired-with 1`: 2 workers' passes paired with 1 worker's in one
 process), then the transfer again; rounds whose two transfer figures disagree (the
-host moved the vCPUs) are counted apart.
+host moved the vCPUs), or where the transfer's threads did not both run throughout
+(a busy machine), are counted apart.
 
   scripts/scaling/defrag_pairs.py [--build build/release] [--rounds 20]
       [--run "--synthetic --repeat 9 --threads 2" --run "... --rss addresses"]
@@ -24,10 +25,15 @@ import sys
 
 
 def transfer_ns(bench):
+    """One line transfer in ns, or None when the threads did not both run throughout
+    (CPU time below 90% of wall time: a busy machine, not a placement)."""
     out = subprocess.run([bench, "--benchmark_filter=^baseline/line_transfer",
                           "--benchmark_min_time=0.1", "--benchmark_format=json"],
                          check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["benchmarks"][0]["transfer"] * 1e9
+    b = json.loads(out)["benchmarks"][0]
+    if b["cpu_time"] < 0.9 * b["real_time"]:
+        return None
+    return b["transfer"] * 1e9
 
 
 def main():
@@ -51,9 +57,13 @@ def main():
             j = json.loads(out[out.index("{"):])
             got.append((args, j["paired_ns_per_fragment"], j["paired_speedup"]))
         after = transfer_ns(bench)
-        near = [t < a.near_ns for t in (before, after)]
-        state = "moved" if near[0] != near[1] else ("near" if near[0] else "far")
-        print(f"round {r + 1}: transfer {before:.0f} / {after:.0f} ns ({state})")
+        if before is None or after is None:
+            state = "busy"
+        else:
+            near = [t < a.near_ns for t in (before, after)]
+            state = "moved" if near[0] != near[1] else ("near" if near[0] else "far")
+        shown = " / ".join("busy" if t is None else f"{t:.0f}" for t in (before, after))
+        print(f"round {r + 1}: transfer {shown} ns ({state})")
         for args, one, x in got:
             print(f"  {args}: 1 worker {one:.1f} ns/fragment, 2 workers {x:.2f}x")
             speedups.setdefault((args, state), []).append(x)
