@@ -341,6 +341,43 @@ TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
   }
 }
 
+// Receive queues: each worker's packets, in its list's order, back to back in memory of
+// its own (each packet's bytes those of the capture); one worker reads the capture itself.
+TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
+  std::vector<defrag::pcap_io::capture> caps;
+  caps.push_back(defrag::pcap_io::read_capture((data_dir / "kernel-probes1.pcapng").string()));
+  defrag::synthetic::options so;
+  so.datagrams = 300;
+  caps.push_back(defrag::synthetic::generate(so).cap);
+  for (const auto& cap : caps) {
+    for (auto mode : {defrag::driver::rss_mode::ports, defrag::driver::rss_mode::addresses}) {
+      for (unsigned workers : {1u, 2u, 3u}) {
+        const auto q = defrag::driver::receive(cap, workers, mode);
+        ASSERT_EQ(q.lists, defrag::driver::spread(cap, workers, mode));
+        ASSERT_EQ(q.at.size(), cap.packets.size());
+        for (std::size_t i = 0; i < cap.packets.size(); ++i) {
+          const auto want = cap.ip(cap.packets[i]);
+          const auto got = q.ip(cap, static_cast<std::uint32_t>(i));
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin(), got.end())) << i;
+          if (workers == 1) {
+            EXPECT_EQ(got.data(), want.data()) << i;
+          }
+        }
+        if (workers == 1) continue;
+        ASSERT_EQ(q.memory.size(), workers);
+        for (unsigned w = 0; w < workers; ++w) {
+          const std::uint8_t* next = q.memory[w].data();
+          for (std::uint32_t i : q.lists[w]) {
+            EXPECT_EQ(q.at[i], next) << "worker " << w << ", packet " << i;
+            next += cap.packets[i].length;
+          }
+          EXPECT_EQ(next, q.memory[w].data() + q.memory[w].size()) << "worker " << w;
+        }
+      }
+    }
+  }
+}
+
 // Steering (the RPS-like handoff): every fragment of a datagram gets the same steering
 // hash, so one worker owns it; unfragmented packets get none and stay where RSS put them;
 // a fragment without ports is already on its owner (RSS picked the same worker), so only

@@ -252,6 +252,52 @@ inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c,
   return lists;
 }
 
+// What RSS hands the workers: each one's packets (capture indices, in capture order),
+// in a receive queue of its own. A NIC writes each queue's packets into buffers of that
+// queue's ring, next to one another, and the core that serves the queue reads them there;
+// so does each worker here (its packets copied once, back to back, before any pass).
+// Reading its share out of the one capture instead, each worker would stream the
+// whole capture through its cache to use a part of it, and two workers gained far less
+// over one (docs/defrag.md). One worker's queue is the capture itself. The engines
+// borrow the packets where they lie, so the queues outlive them.
+struct rx_queues {
+  std::vector<std::vector<std::uint32_t>> lists;  // per worker
+  std::vector<std::vector<std::uint8_t>> memory;  // per worker (none for one worker)
+  std::vector<const std::uint8_t*> at;            // per capture index: its bytes
+
+  std::span<const std::uint8_t> ip(const pcap_io::capture& c, std::uint32_t i) const {
+    return {at[i], c.packets[i].length};
+  }
+};
+
+inline rx_queues receive(const pcap_io::capture& c, unsigned workers,
+                         rss_mode mode = rss_mode::ports) {
+  rx_queues q;
+  q.lists = spread(c, workers, mode);
+  q.at.resize(c.packets.size());
+  if (q.lists.size() == 1) {
+    for (std::size_t i = 0; i < c.packets.size(); ++i)
+      q.at[i] = c.ip(c.packets[i]).data();
+    return q;
+  }
+  q.memory.resize(q.lists.size());
+  for (std::size_t w = 0; w < q.lists.size(); ++w) {
+    std::size_t total = 0;
+    for (std::uint32_t i : q.lists[w])
+      total += c.packets[i].length;
+    std::vector<std::uint8_t>& m = q.memory[w];
+    m.resize(total);
+    std::size_t off = 0;
+    for (std::uint32_t i : q.lists[w]) {
+      const auto ip = c.ip(c.packets[i]);
+      if (!ip.empty()) std::memcpy(m.data() + off, ip.data(), ip.size());
+      q.at[i] = m.data() + off;
+      off += ip.size();
+    }
+  }
+  return q;
+}
+
 namespace detail {
 
 inline constexpr std::size_t done = std::numeric_limits<std::size_t>::max();
@@ -387,6 +433,7 @@ struct shared {
   engine* eng;         // made by worker 0 before the start (pass())
   std::mutex* global;  // null: the engine's own per-bucket locking only
   const pcap_io::capture& cap;
+  const rx_queues& rx;  // where each packet lies
   std::vector<worker_slot>& slots;
   std::size_t window;
   std::int64_t skew_ns;
@@ -501,13 +548,13 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
         slot.delivered_count += static_cast<std::int64_t>(d.size() != 0);
       }
     };
-    locked(s, [&] { s.eng->input_borrowed(r.ts_ns, s.cap.ip(r), out); });
+    locked(s, [&] { s.eng->input_borrowed(r.ts_ns, s.rx.ip(s.cap, i), out); });
   };
   // Both lines the headers can span: parse() reads up to 56 bytes (IPv6, its fragment
   // header, the ports), which straddle a line unless the packet starts a line's first
   // 8 bytes (with one line prefetched, parse() was a tenth of a worker's time).
   auto prefetch = [&](std::uint32_t i) {
-    const std::uint8_t* p = s.cap.ip(s.cap.packets[i]).data();
+    const std::uint8_t* p = s.rx.at[i];
     __builtin_prefetch(p);
     __builtin_prefetch(p + 63);
   };
@@ -563,7 +610,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
       if (r + steer_burst < mine.size()) prefetch(mine[r + steer_burst]);
       const std::uint32_t i = mine[r];
       std::size_t owner = me;
-      if (const auto h = steer_hash(s.cap.ip(s.cap.packets[i]))) owner = pick(*h, workers);
+      if (const auto h = steer_hash(s.rx.ip(s.cap, i))) owner = pick(*h, workers);
       if (owner == me) {
         local.push(i);
       } else if (s.ring(me, owner).push(i)) {
@@ -660,14 +707,15 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
 // worker's start to the last worker's end, so that waking the workers up is not counted.
 // Leaves results (and each worker's CPU time) in `slots`.
 inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& cap,
-                         const std::vector<std::vector<std::uint32_t>>& lists,
-                         const std::vector<std::int64_t>& capture_clock, const run_options& o,
-                         bool keep, std::vector<worker_slot>& slots) {
+                         const rx_queues& rx, const std::vector<std::int64_t>& capture_clock,
+                         const run_options& o, bool keep, std::vector<worker_slot>& slots) {
   std::mutex global;
   const config& c = o.cfg;
+  const auto& lists = rx.lists;
   shared s{nullptr,
            o.global_lock ? &global : nullptr,
            cap,
+           rx,
            slots,
            o.window,
            o.skew_ns,
@@ -779,14 +827,15 @@ inline std::int64_t expire_all(engine& eng, const pcap_io::capture& cap) {
 inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   run_result res;
   unsigned workers = std::max(1u, o.threads);
-  auto lists = spread(cap, workers, o.rss);
+  // Before the first pass's engine: the engines borrow the packets where they lie.
+  const rx_queues rx = receive(cap, workers, o.rss);
   std::vector<std::int64_t> clock(cap.packets.size());
   for (std::size_t i = 0; i < clock.size(); ++i)
     clock[i] = i == 0 ? cap.packets[0].ts_ns : std::max(clock[i - 1], cap.packets[i].ts_ns);
   {
     std::unique_ptr<engine> eng;
     std::vector<detail::worker_slot> slots(workers);
-    res.pass_ns.push_back(detail::pass(eng, cap, lists, clock, o, true, slots));
+    res.pass_ns.push_back(detail::pass(eng, cap, rx, clock, o, true, slots));
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
     res.pending_at_end = detail::expire_all(*eng, cap);
     for (const auto& sl : slots)
@@ -808,12 +857,12 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   }
   std::vector<std::int64_t> timed, timed_cpu;
   std::vector<double> speedups;
-  const auto paired_lists = o.paired_threads ? spread(cap, o.paired_threads, o.rss)
-                                             : std::vector<std::vector<std::uint32_t>>{};
-  auto timed_pass = [&](const std::vector<std::vector<std::uint32_t>>& ls, std::int64_t& cpu) {
+  const rx_queues paired_rx =
+      o.paired_threads ? receive(cap, o.paired_threads, o.rss) : rx_queues{};
+  auto timed_pass = [&](const rx_queues& q, std::int64_t& cpu) {
     std::unique_ptr<engine> eng;
-    std::vector<detail::worker_slot> slots(ls.size());
-    const std::int64_t ns = detail::pass(eng, cap, ls, clock, o, false, slots);
+    std::vector<detail::worker_slot> slots(q.lists.size());
+    const std::int64_t ns = detail::pass(eng, cap, q, clock, o, false, slots);
     cpu = detail::cpu_sum(slots);
     return ns;
   };
@@ -821,9 +870,9 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
   for (unsigned p = 0; p < o.repeat; ++p) {
     std::int64_t cpu = 0, paired_cpu = 0, other = 0;
     // Pairs alternate which goes first: neither gets the warmer start every time.
-    if (o.paired_threads && p % 2 == 1) other = timed_pass(paired_lists, paired_cpu);
-    const std::int64_t ns = timed_pass(lists, cpu);
-    if (o.paired_threads && p % 2 == 0) other = timed_pass(paired_lists, paired_cpu);
+    if (o.paired_threads && p % 2 == 1) other = timed_pass(paired_rx, paired_cpu);
+    const std::int64_t ns = timed_pass(rx, cpu);
+    if (o.paired_threads && p % 2 == 0) other = timed_pass(paired_rx, paired_cpu);
     if (o.paired_threads) {
       res.paired_pass_ns.push_back(other);
       speedups.push_back(static_cast<double>(other) /
