@@ -56,6 +56,15 @@ namespace defrag::driver {
 // steered.
 enum class rss_mode { ports, addresses };
 
+inline std::string_view name(rss_mode m) {
+  return m == rss_mode::ports ? "ports" : "addresses";
+}
+inline std::optional<rss_mode> parse_rss(std::string_view s) {
+  for (rss_mode m : {rss_mode::ports, rss_mode::addresses})
+    if (s == name(m)) return m;
+  return std::nullopt;
+}
+
 struct run_options {
   config cfg;
   rss_mode rss = rss_mode::ports;
@@ -180,35 +189,31 @@ inline std::size_t v6_upper(std::span<const std::uint8_t> ip, unsigned& next, bo
 }
 }  // namespace detail
 
-// RSS-like hash of an IP packet: addresses, plus protocol and ports when they are
-// visible in this packet (unfragmented, or a first fragment).
-inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
-  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
-    const std::uint64_t h = detail::address_hash(ip, false);
-    std::size_t ihl = std::size_t{ip[0] & 15u} * 4;
-    bool first = (pcap_io::load_be16(ip.data() + 6) & 0x1fff) == 0;
-    if (first && ihl >= 20 && detail::is_l4(ip[9]) && ip.size() >= ihl + 4)
-      return detail::with_ports(h, ip[9], ip.data() + ihl);
-    return h;
-  }
-  if (ip.size() >= 40 && ip[0] >> 4 == 6) {
-    const std::uint64_t h = detail::address_hash(ip, true);
-    unsigned next = 0;
-    bool fragment = false;
-    const std::size_t at = detail::v6_upper(ip, next, fragment);
-    if (detail::is_l4(next) && at + 4 <= ip.size())
-      return detail::with_ports(h, next, ip.data() + at);
-    return h;
-  }
-  return 0;
-}
-
 // The RSS hash of rss_mode::addresses: the addresses alone, for every packet; for a
 // fragment it is the value steer_hash() gives (below), so it picks the owner.
 inline std::uint64_t address_rss_hash(std::span<const std::uint8_t> ip) {
   if (ip.size() >= 20 && ip[0] >> 4 == 4) return detail::address_hash(ip, false);
   if (ip.size() >= 40 && ip[0] >> 4 == 6) return detail::address_hash(ip, true);
   return 0;
+}
+
+// RSS-like hash of an IP packet: its address_rss_hash(), mixed with the protocol and
+// ports when they are visible in this packet (unfragmented, or a first fragment).
+inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
+  const std::uint64_t h = address_rss_hash(ip);
+  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
+    std::size_t ihl = std::size_t{ip[0] & 15u} * 4;
+    bool first = (pcap_io::load_be16(ip.data() + 6) & 0x1fff) == 0;
+    if (first && ihl >= 20 && detail::is_l4(ip[9]) && ip.size() >= ihl + 4)
+      return detail::with_ports(h, ip[9], ip.data() + ihl);
+  } else if (ip.size() >= 40 && ip[0] >> 4 == 6) {
+    unsigned next = 0;
+    bool fragment = false;
+    const std::size_t at = detail::v6_upper(ip, next, fragment);
+    if (detail::is_l4(next) && at + 4 <= ip.size())
+      return detail::with_ports(h, next, ip.data() + at);
+  }
+  return h;
 }
 
 // Which of n workers a hash picks (multiply and shift: a division costs tens of cycles).

@@ -165,12 +165,9 @@ options parse(int argc, char** argv) {
       o.run.global_lock = true;
     } else if (a == "--rss") {
       std::string_view v = value();
-      if (v == "ports")
-        o.run.rss = defrag::driver::rss_mode::ports;
-      else if (v == "addresses")
-        o.run.rss = defrag::driver::rss_mode::addresses;
-      else
-        throw bad_option("--rss: unknown mode '" + std::string(v) + "' (ports or addresses)");
+      const auto m = defrag::driver::parse_rss(v);
+      if (!m) throw bad_option("--rss: unknown mode '" + std::string(v) + "' (ports or addresses)");
+      o.run.rss = *m;
     } else if (a == "--no-steer") {
       o.run.steer = false;
     } else if (a == "--budget") {
@@ -354,8 +351,7 @@ void write_json(std::ostream& os, const report& rep) {
   os << "  \"policy\": " << str(defrag::name(o.run.cfg.pol)) << ",\n";
   os << "  \"threads\": " << o.run.threads << ",\n";
   os << "  \"global_lock\": " << (o.run.global_lock ? "true" : "false") << ",\n";
-  os << "  \"rss\": " << str(o.run.rss == defrag::driver::rss_mode::ports ? "ports" : "addresses")
-     << ",\n";
+  os << "  \"rss\": " << str(defrag::driver::name(o.run.rss)) << ",\n";
   os << "  \"frames_in\": " << rep.cap.frames_in << ",\n";
   os << "  \"not_ip\": " << rep.cap.not_ip << ",\n";
   os << "  \"snapped\": " << rep.cap.snapped << ",\n";
