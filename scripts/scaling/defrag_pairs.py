@@ -10,9 +10,10 @@ transfer (hotpath-bench's baseline/line_transfer), then every --run in turn (eac
 `hotpath-defrag ARGS --paired-with 1`: 2 workers' passes paired with 1 worker's in one
 process), then the transfer again; rounds whose two transfer figures disagree (the
 host moved the vCPUs), or where the transfer's threads did not both run throughout
-(a busy machine), are counted apart.
+(a busy machine), are counted apart. With several --build, every --run runs under each
+build in turn, in the same round: a change against its baseline, in one machine state.
 
-  scripts/scaling/defrag_pairs.py [--build build/release] [--rounds 20]
+  scripts/scaling/defrag_pairs.py [--build build/release [--build OTHER]] [--rounds 20]
       [--run "--synthetic --repeat 9 --threads 2" --run "... --rss addresses"]
 """
 import argparse
@@ -38,24 +39,29 @@ def transfer_ns(bench):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default="build/release", help="a release build directory")
+    ap.add_argument("--build", action="append",
+                    help="a release build directory (repeatable; default build/release)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--near-ns", type=float, default=150,
                     help="a transfer below this is 'near', else 'far' (default 150)")
     ap.add_argument("--run", action="append", help="hotpath-defrag arguments (repeatable)")
     a = ap.parse_args()
     runs = a.run or ["--synthetic --repeat 9 --threads 2"]
-    bench = os.path.join(a.build, "benchmarks", "hotpath-bench")
-    defrag = os.path.join(a.build, "examples", "defrag", "hotpath-defrag")
+    builds = a.build or ["build/release"]
+    bench = os.path.join(builds[0], "benchmarks", "hotpath-bench")
+    defrags = [(b, os.path.join(b, "examples", "defrag", "hotpath-defrag")) for b in builds]
     speedups = {}  # (run, state) -> [paired_speedup]
     for r in range(a.rounds):
         before = transfer_ns(bench)
         got = []
         for args in runs:
-            out = subprocess.run([defrag, *shlex.split(args), "--paired-with", "1", "--json", "-"],
-                                 check=True, capture_output=True, text=True).stdout
-            j = json.loads(out[out.index("{"):])
-            got.append((args, j["paired_ns_per_fragment"], j["paired_speedup"]))
+            for build, defrag in defrags:
+                out = subprocess.run([defrag, *shlex.split(args), "--paired-with", "1",
+                                      "--json", "-"], check=True, capture_output=True,
+                                     text=True).stdout
+                j = json.loads(out[out.index("{"):])
+                label = args if len(defrags) == 1 else f"[{build}] {args}"
+                got.append((label, j["paired_ns_per_fragment"], j["paired_speedup"]))
         after = transfer_ns(bench)
         if before is None or after is None:
             state = "busy"
