@@ -38,6 +38,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -116,8 +117,8 @@ struct run_result {
   // the cores (wall time then includes waiting for a core).
   double cpu_ns_per_fragment = -1;
   // The baseline beside it: one thread copying every packet of the capture once, in
-  // capture order, into a small buffer (CPU time of the median of as many passes), over
-  // fragments in.
+  // capture order, from where the workers read it (their receive queues), into a small
+  // buffer (CPU time of the median of as many passes), over fragments in.
   // Reassembly must read every payload at least once: when the capture is larger than
   // the caches, this is the floor under ns_per_fragment.
   double copy_ns_per_fragment = -1;
@@ -268,20 +269,25 @@ inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c,
 struct rx_queues {
   std::vector<std::vector<std::uint32_t>> lists;  // per worker
   std::vector<std::vector<std::uint8_t>> memory;  // per worker
-  std::vector<const std::uint8_t*> at;            // per capture index: its bytes
+  std::vector<const std::uint8_t*> at;            // per capture index: its bytes, in memory
+
+  rx_queues() = default;
+  rx_queues(rx_queues&&) = default;
+  rx_queues& operator=(rx_queues&&) = default;
+  rx_queues(const rx_queues&) = delete;  // a copy's `at` would point into this one
+  rx_queues& operator=(const rx_queues&) = delete;
 
   std::span<const std::uint8_t> ip(const pcap_io::capture& c, std::uint32_t i) const {
     return {at[i], c.packets[i].length};
   }
 };
 
-// The queues of each worker count in `counts`, one rx_queues each. Their pages are
-// touched together, packet by packet in capture order, so that each count's packets lie
-// in memory allocated alike: on this guest the same pass over a fresh copy of a large
-// capture runs in one of two speeds (about 80 or 110 ns per fragment), decided when
-// the copy is allocated, and worker counts compared with --paired-with must not differ
-// by that (docs/defrag.md). One worker reads a queue too, not the capture, for the same
-// reason.
+// The queues of each worker count in `counts`, one rx_queues each. They are written
+// together, packet by packet in capture order, so that the counts' packets lie in memory
+// allocated alike (a large reservation is mapped, and its pages are allocated as they
+// are first touched): the speed of a pass over fresh memory can depend on where that
+// memory came from, and worker counts compared with --paired-with must not differ by
+// it (docs/defrag.md). One worker reads a queue too, not the capture, for that reason.
 inline std::vector<rx_queues> receive(const pcap_io::capture& c, std::span<const unsigned> counts,
                                       rss_mode mode = rss_mode::ports) {
   std::vector<rx_queues> qs(counts.size());
@@ -298,8 +304,9 @@ inline std::vector<rx_queues> receive(const pcap_io::capture& c, std::span<const
         total += c.packets[i].length;
         worker[k][i] = static_cast<std::uint32_t>(w);
       }
-      // Reserved, not written: its pages are allocated below, when first touched.
-      q.memory[w].reserve(total);
+      // Reserved, not written: written below. (At least a byte: a worker given only
+      // empty packets still has an address to prefetch from.)
+      q.memory[w].reserve(std::max<std::size_t>(total, 1));
     }
   }
   for (std::size_t i = 0; i < c.packets.size(); ++i) {
@@ -563,7 +570,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
         slot.delivered_count += static_cast<std::int64_t>(d.size() != 0);
       }
     };
-    locked(s, [&] { s.eng->input_borrowed(r.ts_ns, s.rx.ip(s.cap, i), out); });
+    locked(s, [&] { s.eng->input_borrowed(r.ts_ns, {s.rx.at[i], r.length}, out); });
   };
   // Both lines the headers can span: parse() reads up to 56 bytes (IPv6, its fragment
   // header, the ports), which straddle a line unless the packet starts a line's first
@@ -589,11 +596,13 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
 
   if (s.rings.empty()) {  // not steering: each packet where RSS put it
     for (std::size_t k = 0; k < mine.size(); ++k) {
-      // The record first (its offset locates the packet), then the packet's headers.
+      // The record (time, length) and where the packet lies first, then its headers.
       // (Written out: GCC 12 at -O3 dropped these prefetches from a lambda or function
       // called here, and parse() stalled on every packet.)
-      if (k + 4 * prefetch_ahead < mine.size())
+      if (k + 4 * prefetch_ahead < mine.size()) {
         __builtin_prefetch(&s.cap.packets[mine[k + 4 * prefetch_ahead]]);
+        __builtin_prefetch(&s.rx.at[mine[k + 4 * prefetch_ahead]]);
+      }
       if (k + prefetch_ahead < mine.size()) prefetch(mine[k + prefetch_ahead]);
       maybe_pace(mine[k], [] {});
       process(mine[k]);
@@ -620,8 +629,10 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     for (; k < budget && r < mine.size(); ++k, ++r) {
       // As above, but a burst ahead: steering a packet takes a few nanoseconds, not
       // the hundred that processing one does.
-      if (r + 4 * steer_burst < mine.size())
+      if (r + 4 * steer_burst < mine.size()) {
         __builtin_prefetch(&s.cap.packets[mine[r + 4 * steer_burst]]);
+        __builtin_prefetch(&s.rx.at[mine[r + 4 * steer_burst]]);
+      }
       if (r + steer_burst < mine.size()) prefetch(mine[r + steer_burst]);
       const std::uint32_t i = mine[r];
       std::size_t owner = me;
@@ -815,10 +826,11 @@ inline std::int64_t cpu_sum(const std::vector<worker_slot>& slots) {
 }
 
 // One copy_ns_per_fragment pass (see run_result): its CPU time.
-inline std::int64_t copy_pass(const pcap_io::capture& cap, std::vector<std::uint8_t>& scratch) {
+inline std::int64_t copy_pass(const pcap_io::capture& cap, const rx_queues& rx,
+                              std::vector<std::uint8_t>& scratch) {
   const std::int64_t start = thread_cpu_ns();
-  for (const pcap_io::record& r : cap.packets) {
-    const auto ip = cap.ip(r);
+  for (std::uint32_t i = 0; i < cap.packets.size(); ++i) {
+    const auto ip = rx.ip(cap, i);
     std::memcpy(scratch.data(), ip.data(), std::min(ip.size(), scratch.size()));
     // The compiler must not drop the copies: what they wrote is read.
     asm volatile("" : : "r"(scratch.data()) : "memory");
@@ -917,7 +929,7 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     std::vector<std::uint8_t> scratch(std::size_t{1} << 16);
     std::vector<std::int64_t> copies;
     for (unsigned p = 0; p < o.repeat; ++p)
-      copies.push_back(detail::copy_pass(cap, scratch));
+      copies.push_back(detail::copy_pass(cap, rx, scratch));
     res.copy_ns_per_fragment = hotpath::measure::median(copies) / static_cast<double>(frags);
   }
   return res;

@@ -55,7 +55,8 @@ def main():
         before = transfer_ns(bench)
         got = []
         for args in runs:
-            for build, defrag in defrags:
+            # Alternating which build goes first: neither gets the later slot every round.
+            for build, defrag in (defrags if r % 2 == 0 else defrags[::-1]):
                 out = subprocess.run([defrag, *shlex.split(args), "--paired-with", "1",
                                       "--json", "-"], check=True, capture_output=True,
                                      text=True).stdout
