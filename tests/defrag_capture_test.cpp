@@ -352,6 +352,7 @@ TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
   const unsigned counts[] = {2, 1, 3};
   for (const auto& cap : caps) {
     for (auto mode : {defrag::driver::rss_mode::ports, defrag::driver::rss_mode::addresses}) {
+      std::size_t l4_set = 0;  // packets hashed with their ports, over the worker counts
       const auto qs = defrag::driver::receive(cap, counts, mode);
       ASSERT_EQ(qs.size(), std::size(counts));
       for (std::size_t k = 0; k < qs.size(); ++k) {
@@ -373,8 +374,26 @@ TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
             next += cap.packets[i].length;
           }
           EXPECT_EQ(next, q.memory[w].data() + q.memory[w].size()) << "worker " << w;
+          // The descriptor's hash type: set exactly where RSS took the ports in. Where it
+          // is not, steering leaves the packet with w without reading it (work()), so
+          // its owner must be w.
+          ASSERT_EQ(q.l4[w].size(), q.lists[w].size());
+          for (std::size_t j = 0; j < q.lists[w].size(); ++j) {
+            const auto ip = cap.ip(cap.packets[q.lists[w][j]]);
+            const bool ports = mode == defrag::driver::rss_mode::ports &&
+                               defrag::driver::rss_hash(ip) != defrag::driver::address_rss_hash(ip);
+            EXPECT_EQ(q.l4[w][j] != 0, ports) << "packet " << q.lists[w][j];
+            l4_set += ports;
+            const auto h = defrag::driver::steer_hash(ip);
+            if (q.l4[w][j] == 0 && h) {
+              EXPECT_EQ(defrag::driver::pick(*h, workers), w)
+                  << "packet " << q.lists[w][j] << " would be steered away unread";
+            }
+          }
         }
       }
+      // Both captures hold first fragments with ports (and only by ports are any set).
+      EXPECT_EQ(l4_set > 0, mode == defrag::driver::rss_mode::ports);
     }
   }
 }

@@ -198,23 +198,32 @@ inline std::uint64_t address_rss_hash(std::span<const std::uint8_t> ip) {
   return 0;
 }
 
-// RSS-like hash of an IP packet: its address_rss_hash(), mixed with the protocol and
-// ports when they are visible in this packet (unfragmented, or a first fragment).
-inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
+namespace detail {
+// rss_hash(), and whether it took the ports in (`l4`).
+inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip, bool& l4) {
   const std::uint64_t h = address_rss_hash(ip);
+  l4 = true;  // unless it returns below
   if (ip.size() >= 20 && ip[0] >> 4 == 4) {
     std::size_t ihl = std::size_t{ip[0] & 15u} * 4;
     bool first = (pcap_io::load_be16(ip.data() + 6) & 0x1fff) == 0;
-    if (first && ihl >= 20 && detail::is_l4(ip[9]) && ip.size() >= ihl + 4)
-      return detail::with_ports(h, ip[9], ip.data() + ihl);
+    if (first && ihl >= 20 && is_l4(ip[9]) && ip.size() >= ihl + 4)
+      return with_ports(h, ip[9], ip.data() + ihl);
   } else if (ip.size() >= 40 && ip[0] >> 4 == 6) {
     unsigned next = 0;
     bool fragment = false;
-    const std::size_t at = detail::v6_upper(ip, next, fragment);
-    if (detail::is_l4(next) && at + 4 <= ip.size())
-      return detail::with_ports(h, next, ip.data() + at);
+    const std::size_t at = v6_upper(ip, next, fragment);
+    if (is_l4(next) && at + 4 <= ip.size()) return with_ports(h, next, ip.data() + at);
   }
+  l4 = false;
   return h;
+}
+}  // namespace detail
+
+// RSS-like hash of an IP packet: its address_rss_hash(), mixed with the protocol and
+// ports when they are visible in this packet (unfragmented, or a first fragment).
+inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
+  bool l4;
+  return detail::rss_hash(ip, l4);
 }
 
 // Which of n workers a hash picks (multiply and shift: a division costs tens of cycles).
@@ -270,6 +279,11 @@ struct rx_queues {
   std::vector<std::vector<std::uint32_t>> lists;  // per worker
   std::vector<std::vector<std::uint8_t>> memory;  // per worker
   std::vector<const std::uint8_t*> at;            // per capture index: its bytes, in memory
+  // Per worker, beside `lists`: 1 where RSS hashed the packet with its ports, as a NIC
+  // says in its descriptor (Linux: skb->l4_hash). The others were hashed by their
+  // addresses, as steering hashes a fragment, so steering knows their owner (the
+  // worker that received them) without reading their headers.
+  std::vector<std::vector<std::uint8_t>> l4;
 
   rx_queues() = default;
   rx_queues(rx_queues&&) = default;
@@ -297,12 +311,16 @@ inline std::vector<rx_queues> receive(const pcap_io::capture& c, std::span<const
     q.lists = spread(c, std::max(1u, counts[k]), mode);
     q.at.resize(c.packets.size());
     q.memory.resize(q.lists.size());
+    q.l4.resize(q.lists.size());
     worker[k].resize(c.packets.size());
     for (std::size_t w = 0; w < q.lists.size(); ++w) {
       std::size_t total = 0;
       for (std::uint32_t i : q.lists[w]) {
         total += c.packets[i].length;
         worker[k][i] = static_cast<std::uint32_t>(w);
+        bool l4 = false;
+        if (mode == rss_mode::ports) detail::rss_hash(c.ip(c.packets[i]), l4);
+        q.l4[w].push_back(l4);
       }
       // Reserved, not written: written below. (At least a byte: a worker given only
       // empty packets still has an address to prefetch from.)
@@ -418,6 +436,12 @@ class handoff_ring {
 class index_fifo {
  public:
   bool empty() const noexcept { return head_ == tail_; }
+  // The k-th index after the front, if there is one.
+  bool peek(std::size_t k, std::uint32_t& i) const noexcept {
+    if (tail_ - head_ <= k) return false;
+    i = v_[(head_ + k) & (v_.size() - 1)];
+    return true;
+  }
   std::uint32_t front() const noexcept { return v_[head_ & (v_.size() - 1)]; }
   void pop() noexcept { ++head_; }
   void push(std::uint32_t i) {
@@ -543,8 +567,7 @@ void pace(shared& s, std::size_t me, std::size_t index, std::size_t& seen, F&& m
   }
 }
 
-// Capture indices a worker steers ahead of the packet it processes, so that a packet's
-// header, read to steer it, is still in cache when it is processed, while the others
+// Capture indices a worker steers ahead of the packet it processes, so that the others
 // rarely find it has not yet steered what they wait for. In bursts of 64: each burst's
 // end publishes to the other cores (with bursts of 16, two workers were 10-20% slower).
 inline constexpr std::size_t steer_ahead = 512;
@@ -624,19 +647,25 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   std::size_t r = 0;   // mine[r]: the next packet to steer
   std::size_t at = 0;  // the capture index processed last
   // Steers up to `budget` packets (fewer if a ring is full), then publishes.
+  const std::vector<std::uint8_t>& l4 = s.rx.l4[me];
   auto steer = [&](std::size_t budget) {
     std::size_t k = 0;
     for (; k < budget && r < mine.size(); ++k, ++r) {
-      // As above, but a burst ahead: steering a packet takes a few nanoseconds, not
-      // the hundred that processing one does.
-      if (r + 4 * steer_burst < mine.size()) {
+      // Only a packet RSS hashed with its ports can belong to another worker: only its
+      // header is read here (prefetched as above, but a burst ahead: steering a packet
+      // takes a few nanoseconds, not the hundred that processing one does). Reading
+      // every packet's header here too, up to 512 indices before processing it, two
+      // workers were 0.97-0.99x one where 1.04-1.35x now (docs/defrag.md).
+      if (r + 4 * steer_burst < mine.size() && l4[r + 4 * steer_burst]) {
         __builtin_prefetch(&s.cap.packets[mine[r + 4 * steer_burst]]);
         __builtin_prefetch(&s.rx.at[mine[r + 4 * steer_burst]]);
       }
-      if (r + steer_burst < mine.size()) prefetch(mine[r + steer_burst]);
+      if (r + steer_burst < mine.size() && l4[r + steer_burst]) prefetch(mine[r + steer_burst]);
       const std::uint32_t i = mine[r];
       std::size_t owner = me;
-      if (const auto h = steer_hash(s.rx.ip(s.cap, i))) owner = pick(*h, workers);
+      if (l4[r]) {
+        if (const auto h = steer_hash(s.rx.ip(s.cap, i))) owner = pick(*h, workers);
+      }
       if (owner == me) {
         local.push(i);
       } else if (s.ring(me, owner).push(i)) {
@@ -688,9 +717,16 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
       x = first(from);  // after the load: what was handed off before it shows
     }
     if (x != none && settled(x)) {
-      if (from == me)
+      if (from == me) {
         local.pop();
-      else
+        // As without steering: the record and where the packet lies, then its headers.
+        std::uint32_t a;
+        if (local.peek(4 * prefetch_ahead - 1, a)) {
+          __builtin_prefetch(&s.cap.packets[a]);
+          __builtin_prefetch(&s.rx.at[a]);
+        }
+        if (local.peek(prefetch_ahead - 1, a)) prefetch(a);
+      } else
         s.ring(from, me).pop(prefetch);
       at = x;
       maybe_pace(x, meanwhile);
