@@ -342,7 +342,9 @@ TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
 }
 
 // Receive queues: for each worker count asked for, each worker's packets in its list's
-// order, back to back in memory of its own, each packet's bytes those of the capture.
+// order, back to back in memory of its own, each packet's bytes those of the capture;
+// beside each list, whether RSS hashed the packet with its ports, and where it did not,
+// the packet's owner is the worker that received it (steering does not read it).
 TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
   std::vector<defrag::pcap_io::capture> caps;
   caps.push_back(defrag::pcap_io::read_capture((data_dir / "kernel-probes1.pcapng").string()));
@@ -352,7 +354,8 @@ TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
   const unsigned counts[] = {2, 1, 3};
   for (const auto& cap : caps) {
     for (auto mode : {defrag::driver::rss_mode::ports, defrag::driver::rss_mode::addresses}) {
-      std::size_t l4_set = 0;  // packets hashed with their ports, over the worker counts
+      std::size_t l4_set = 0;  // flags set, over the worker counts
+      std::size_t unread = 0;  // fragments with the flag clear, whose owner was checked
       const auto qs = defrag::driver::receive(cap, counts, mode);
       ASSERT_EQ(qs.size(), std::size(counts));
       for (std::size_t k = 0; k < qs.size(); ++k) {
@@ -383,17 +386,20 @@ TEST(DefragSpread, ReceiveQueuesHoldEachWorkersPacketsInItsOwnMemory) {
             const bool ports = mode == defrag::driver::rss_mode::ports &&
                                defrag::driver::rss_hash(ip) != defrag::driver::address_rss_hash(ip);
             EXPECT_EQ(q.l4[w][j] != 0, ports) << "packet " << q.lists[w][j];
-            l4_set += ports;
+            l4_set += q.l4[w][j] != 0;
             const auto h = defrag::driver::steer_hash(ip);
             if (q.l4[w][j] == 0 && h) {
+              ++unread;
               EXPECT_EQ(defrag::driver::pick(*h, workers), w)
                   << "packet " << q.lists[w][j] << " would be steered away unread";
             }
           }
         }
       }
-      // Both captures hold first fragments with ports (and only by ports are any set).
+      // Both captures hold first fragments with ports (and only by ports are any set),
+      // and other fragments.
       EXPECT_EQ(l4_set > 0, mode == defrag::driver::rss_mode::ports);
+      EXPECT_GT(unread, 100u);
     }
   }
 }

@@ -436,7 +436,7 @@ class handoff_ring {
 class index_fifo {
  public:
   bool empty() const noexcept { return head_ == tail_; }
-  // The k-th index after the front, if there is one.
+  // The index k places behind the front (0: the front), if there is one.
   bool peek(std::size_t k, std::uint32_t& i) const noexcept {
     if (tail_ - head_ <= k) return false;
     i = v_[(head_ + k) & (v_.size() - 1)];
@@ -643,19 +643,17 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   // fragment of its datagram, and Linux judges overlaps by arrival order: a fragment
   // lying inside an earlier one is a duplicate, the earlier one arriving second is an
   // overlap that kills the datagram.
-  index_fifo local;    // steered to this worker, not yet processed
-  std::size_t r = 0;   // mine[r]: the next packet to steer
-  std::size_t at = 0;  // the capture index processed last
+  index_fifo local;                                   // steered to this worker, not yet processed
+  std::size_t r = 0;                                  // mine[r]: the next packet to steer
+  std::size_t at = 0;                                 // the capture index processed last
+  const std::vector<std::uint8_t>& l4 = s.rx.l4[me];  // beside mine
   // Steers up to `budget` packets (fewer if a ring is full), then publishes.
-  const std::vector<std::uint8_t>& l4 = s.rx.l4[me];
   auto steer = [&](std::size_t budget) {
     std::size_t k = 0;
     for (; k < budget && r < mine.size(); ++k, ++r) {
-      // Only a packet RSS hashed with its ports can belong to another worker: only its
-      // header is read here (prefetched as above, but a burst ahead: steering a packet
-      // takes a few nanoseconds, not the hundred that processing one does). Reading
-      // every packet's header here too, up to 512 indices before processing it, two
-      // workers were 0.97-0.99x one where 1.04-1.35x now (docs/defrag.md).
+      // Only a packet RSS hashed with its ports can belong to another worker; only
+      // its header is read (prefetched as above, but a burst ahead: steering a packet
+      // takes a few nanoseconds, not the hundred that processing one does).
       if (r + 4 * steer_burst < mine.size() && l4[r + 4 * steer_burst]) {
         __builtin_prefetch(&s.cap.packets[mine[r + 4 * steer_burst]]);
         __builtin_prefetch(&s.rx.at[mine[r + 4 * steer_burst]]);
@@ -774,6 +772,10 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
   std::mutex global;
   const config& c = o.cfg;
   const auto& lists = rx.lists;
+  // Steering reads rx.l4 beside each list; receive() fills both.
+  assert(rx.l4.size() == lists.size() &&
+         std::equal(lists.begin(), lists.end(), rx.l4.begin(),
+                    [](const auto& a, const auto& b) { return a.size() == b.size(); }));
   shared s{nullptr,
            o.global_lock ? &global : nullptr,
            cap,
