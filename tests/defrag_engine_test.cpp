@@ -80,9 +80,12 @@ bytes v6_packet(const v6_spec& s, bool frag, std::uint32_t offset, bool mf, cons
   if (s.dest_opts) {
     p[nh_at] = 60;
     nh_at = p.size();
-    p.insert(p.end(), {0, static_cast<std::uint8_t>(s.dest_opts_units - 1), 1,
-                       static_cast<std::uint8_t>(s.dest_opts_units * 8 - 4), 0, 0, 0, 0});  // PadN
-    p.insert(p.end(), (s.dest_opts_units - 1) * 8u, 0);
+    // Zeroed, then its length and one PadN option filling it. (Inserted from a braced
+    // list, GCC 12 warned of a memcpy out of bounds that is not there: -Warray-bounds.)
+    p.resize(nh_at + 8u * s.dest_opts_units, 0);
+    p[nh_at + 1] = static_cast<std::uint8_t>(s.dest_opts_units - 1);
+    p[nh_at + 2] = 1;  // PadN
+    p[nh_at + 3] = static_cast<std::uint8_t>(s.dest_opts_units * 8 - 4);
   }
   if (frag) {
     p[nh_at] = 44;

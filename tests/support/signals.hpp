@@ -50,7 +50,10 @@ void stall_handler(int) {
 
 // Stalls `target` for Micros microseconds with signal `sig` every 50 us, from a thread
 // of its own, until stop() or the end of the scope. ThreadSanitizer defers signals to
-// safe points, where a stall widens no window: under it no signal is sent.
+// safe points, where a stall widens no window: under it no signal is sent. Join the
+// target after stop() and before the scope ends: a signal sent while it was preempted
+// is still pending until it runs, and delivered after the previous disposition is back
+// (for SIGUSR1 and SIGUSR2, the default: terminate) it would kill the test.
 template <unsigned Micros>
 class signal_stalls {
  public:
