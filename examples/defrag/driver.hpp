@@ -255,16 +255,30 @@ inline std::optional<std::uint64_t> steer_hash(std::span<const std::uint8_t> ip)
   return std::nullopt;
 }
 
+namespace detail {
+// spread(), and in `l4` (unless null), beside each list, whether RSS took each packet's
+// ports in (rx_queues::l4).
+inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers,
+                                                      rss_mode mode,
+                                                      std::vector<std::vector<std::uint8_t>>* l4) {
+  std::vector<std::vector<std::uint32_t>> lists(workers);
+  if (l4) l4->assign(workers, {});
+  for (std::size_t i = 0; i < c.packets.size(); ++i) {
+    const auto ip = c.ip(c.packets[i]);
+    bool ports = false;
+    const std::uint64_t h = mode == rss_mode::ports ? rss_hash(ip, ports) : address_rss_hash(ip);
+    const std::size_t w = pick(h, workers);
+    lists[w].push_back(static_cast<std::uint32_t>(i));
+    if (l4) (*l4)[w].push_back(ports);
+  }
+  return lists;
+}
+}  // namespace detail
+
 // Which packets each of `workers` workers receives, in capture order.
 inline std::vector<std::vector<std::uint32_t>> spread(const pcap_io::capture& c, unsigned workers,
                                                       rss_mode mode = rss_mode::ports) {
-  std::vector<std::vector<std::uint32_t>> lists(workers);
-  for (std::size_t i = 0; i < c.packets.size(); ++i) {
-    const auto ip = c.ip(c.packets[i]);
-    const std::uint64_t h = mode == rss_mode::ports ? rss_hash(ip) : address_rss_hash(ip);
-    lists[pick(h, workers)].push_back(static_cast<std::uint32_t>(i));
-  }
-  return lists;
+  return detail::spread(c, workers, mode, nullptr);
 }
 
 // What RSS hands the workers: each one's packets (capture indices, in capture order),
@@ -308,19 +322,15 @@ inline std::vector<rx_queues> receive(const pcap_io::capture& c, std::span<const
   std::vector<std::vector<std::uint32_t>> worker(counts.size());  // per count, per packet
   for (std::size_t k = 0; k < counts.size(); ++k) {
     rx_queues& q = qs[k];
-    q.lists = spread(c, std::max(1u, counts[k]), mode);
+    q.lists = detail::spread(c, std::max(1u, counts[k]), mode, &q.l4);
     q.at.resize(c.packets.size());
     q.memory.resize(q.lists.size());
-    q.l4.resize(q.lists.size());
     worker[k].resize(c.packets.size());
     for (std::size_t w = 0; w < q.lists.size(); ++w) {
       std::size_t total = 0;
       for (std::uint32_t i : q.lists[w]) {
         total += c.packets[i].length;
         worker[k][i] = static_cast<std::uint32_t>(w);
-        bool l4 = false;
-        if (mode == rss_mode::ports) detail::rss_hash(c.ip(c.packets[i]), l4);
-        q.l4[w].push_back(l4);
       }
       // Reserved, not written: written below. (At least a byte: a worker given only
       // empty packets still has an address to prefetch from.)
