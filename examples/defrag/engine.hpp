@@ -10,7 +10,8 @@
 //   hash is SipHash-1-3 with a random 128-bit key (the key is attacker-chosen).
 // - Memory is charged as the kernel charges it: every kept fragment costs the truesize
 //   of the skb that would hold it (truesize() below), every datagram its queue node;
-//   all of it to the table's percpu_counter against budget_bytes (ipfrag_high_thresh).
+//   all of it to the table against budget_bytes (ipfrag_high_thresh), exactly at any
+//   worker count.
 // - Over the budget, the table evicts stale datagrams (expired first, else the least
 //   recently touched of a few sampled buckets) instead of refusing new ones, which is
 //   what lets live traffic through a flood that blacks out Linux (docs/defrag.md).

@@ -5,9 +5,10 @@
 //
 //   - one lock per bucket (queued_lock by default) and chained nodes, one per entry;
 //     no global lock or list on any path; a lookup of an absent key allocates nothing
-//   - every entry carries a charge in bytes (the kernel's truesize), kept in a
-//     percpu_counter and checked with compare() against the budget, so charging
-//     touches no shared line until the table is near its budget
+//   - every entry carries a charge in bytes (the kernel's truesize), taken from
+//     the budget: from the calling cpu's reserve, refilled a batch at a time from
+//     one shared pool, so charging touches no shared line until the table is near
+//     its budget, and the charges never exceed the budget, at any thread count
 //   - a deadline in the caller's clock (any int64: ns of capture time replays
 //     offline); expired entries go lazily when their bucket is visited, and sweep()
 //     visits a bounded number of buckets per call (locking only those where
@@ -53,43 +54,46 @@
 // read and move from the entry (they get an entry_view). Entries removed by erase(),
 // clear() or the destructor raise no event.
 //
-// Eviction policy and guarantee. A positive charge first reserves its delta; if
-// compare() then finds the total over the budget, it backs the delta out and evicts:
-// it samples k = eviction_samples distinct random non-empty buckets (at most 8k
-// probes), removes every expired entry there, and if there was none, the least
-// recently touched entry of those buckets, then tries again (at most
-// eviction_attempts times). It does so without walking every sampled bucket: each
-// bucket keeps two hints, written under its lock and read without it, that never
-// exceed the least last_used and the least deadline of its entries (exact after a
-// walk of its whole chain). Sampling reads only the hints; then, each under its lock,
-// it expires the sampled buckets whose deadline hint has come, and walks the others
-// in order of their last_used hint until the next hint is no older than the oldest
-// entry found: none left unwalked can hold an older one. (Under a flood of entries
-// created and not touched again the hints are exact, and it walks one bucket.) Locks
-// are taken with try_lock only, since it may hold the lock of the bucket it is
-// visiting; a sampled bucket found busy is being visited, so fresh, and another is
-// sampled in its place. It never evicts the entry being visited. So an insertion
-// never fails while sampled buckets hold entries, stale entries (expired, or old) go
-// before fresh ones, and no flood of new keys locks out live traffic: under a flood,
-// the victim is the oldest of the entries of k random buckets (as they were when
-// their hints were read). A live entry last touched at time t is evicted only if every
-// sampled bucket holds nothing older: if a fraction q of the occupied buckets hold
-// only entries touched after t, one eviction removes an entry touched after t with
+// Eviction policy and guarantee. A positive charge that finds no room (see "Budget
+// bound" below) evicts: it samples k = eviction_samples distinct random non-empty buckets (at most
+// 8k probes), removes every expired entry there, and if there was none, the least recently touched
+// entry of those buckets, then tries again (at most eviction_attempts times). It does so without
+// walking every sampled bucket: each bucket keeps two hints, written under its lock and read
+// without it, that never exceed the least last_used and the least deadline of its entries (exact
+// after a walk of its whole chain). Sampling reads only the hints; then, each under its lock, it
+// expires the sampled buckets whose deadline hint has come, and walks the others in order of their
+// last_used hint until the next hint is no older than the oldest entry found: none left unwalked
+// can hold an older one. (Under a flood of entries created and not touched again the hints are
+// exact, and it walks one bucket.) Locks are taken with try_lock only, since it may hold the lock
+// of the bucket it is visiting; a sampled bucket found busy is being visited, so fresh, and another
+// is sampled in its place. It never evicts the entry being visited. So an insertion never fails
+// while sampled buckets hold entries, stale entries (expired, or old) go before fresh ones, and no
+// flood of new keys locks out live traffic: under a flood, the victim is the oldest of the entries
+// of k random buckets (as they were when their hints were read). A live entry last touched at time
+// t is evicted only if every sampled bucket holds nothing older: if a fraction q of the occupied
+// buckets hold only entries touched after t, one eviction removes an entry touched after t with
 // probability at most q^k (with k = 8: 0.4% for q = 1/2, 43% for q = 0.9). To evict
 // live entries reliably, an attacker must keep nearly the whole budget fresher than
 // they are, that is, refresh about the whole budget within the lifetime of a live
 // entry (a few ms for a datagram's fragments); a flood of entries that are created
 // and then left alone evicts only its own oldest.
 //
-// Budget bound. Every positive charge that succeeds saw, with its own delta already
-// added, compare(budget) <= 0, and compare() is exact near the budget (it falls
-// back to sum()). So the charged total never exceeds the budget except by what a
-// compare() can miss: the unfolded delta (< charge_batch) of a thread folding at the
-// same instant, per such thread. Reservations in flight can lift the counter above
-// the budget for an instant; they are backed out. With one thread, charged() <=
-// budget always. Concurrent chargers near the budget may both back out and evict
-// (never both keep). The tests check charged() <= budget + threads * charge_batch
-// after a concurrent flood.
+// Budget bound: exact. The budget's bytes are conserved between four places: a
+// shared pool, one reserve per cpu, the entries' charges and the hands of a thread
+// moving them. A charge takes its delta from its cpu's reserve, else from the pool
+// (with charge_batch more for later charges), else it gathers every cpu's reserve
+// into the pool and tries once more; only then does it evict (so no entry is evicted
+// while the pool and the reserves hold room for the charge, except what another
+// thread holds in its hands at that instant). An uncharge puts the bytes back in its
+// cpu's reserve, and a reserve above 2 x charge_batch returns the excess to the
+// pool. Every move is an atomic read-modify-write that takes from a place before
+// adding to another, and no place goes below zero, so the bytes held by entries
+// never exceed the budget, at any instant and any thread count; relaxed order
+// suffices, since the bound rests on each word's modification order alone. (The
+// kernel's percpu_counter_compare() bound, which an earlier version used, let each
+// thread folding a batch at that instant add up to one batch.) charged() is the
+// budget less the pool and the reserves: exact when no charge is in progress, and
+// never above the budget.
 //
 // Cost: find_or_create of a present key is a hash (SipHash-1-3, 14 ns here), the bucket
 // lock (one CAS, one store) and a short chain walk. The chain is not RCU-protected:
@@ -97,11 +101,13 @@
 // for every fragment anyway.
 //
 // Lock and Policy. Lock is the bucket lock (any Lockable with try_lock()). Policy
-// gives the atomic template of the bucket heads and hints, the sweep cursor and the two
-// percpu_counters (detail/policy.hpp); default_policy is std::atomic, as
-// percpu_counter's own default. A policy that defines random() (its low bits pick a
-// bucket) replaces the per-thread generator of eviction sampling. The deterministic
-// scheduler of tests/schedule/ drives the table through both.
+// gives the atomic template of the bucket heads and hints, the sweep cursor, the
+// budget's pool and reserves and the entry count's percpu_counter
+// (detail/policy.hpp); default_policy is std::atomic, as percpu_counter's own
+// default. A policy that defines current_cpu() picks the reserve a charge uses; one
+// that defines random() (its low bits pick a bucket) replaces the per-thread
+// generator of eviction sampling. The deterministic scheduler of tests/schedule/
+// drives the table through all three.
 #pragma once
 
 #include <algorithm>
@@ -139,7 +145,8 @@ struct bucket_table_options {
   unsigned eviction_attempts = 4;
   // Charged when an entry is created; -1: the size of its node (key, value, links).
   std::int64_t entry_charge = -1;
-  // percpu_counter batch; 0: budget / (32 x cpus), at least 64.
+  // Bytes a cpu takes from the shared pool at a time (it keeps at most twice that);
+  // 0: budget / (32 x cpus), at least 64.
   std::int64_t charge_batch = 0;
 };
 
@@ -290,7 +297,7 @@ class bucket_table {
       batch = std::max<std::int64_t>(
           64, opt_.budget / (32 * static_cast<std::int64_t>(possible_cpus())));
     opt_.charge_batch = batch;
-    mem_.set_batch(batch);
+    free_.store(opt_.budget, std::memory_order_relaxed);
     // size() reads sum(), never read(): the count need not fold, and folding would
     // bounce the centre's line between cpus every 32 inserts.
     count_.set_batch(std::int64_t{1} << 40);
@@ -389,8 +396,14 @@ class bucket_table {
     }
   }
 
-  // Bytes charged by live entries: exact when no charge is in progress.
-  std::int64_t charged() const noexcept { return mem_.sum(); }
+  // Bytes charged by live entries: the budget less the pool and the reserves (header
+  // comment). Exact when no charge is in progress; never above budget().
+  std::int64_t charged() const noexcept {
+    std::int64_t spare = free_.load(std::memory_order_relaxed);
+    for (const reserve& r : reserves_)
+      spare += r.bytes.load(std::memory_order_relaxed);
+    return opt_.budget - spare;
+  }
   // Live entries: exact when no insert or removal is in progress.
   std::int64_t size() const noexcept { return count_.sum(); }
   std::int64_t budget() const noexcept { return opt_.budget; }
@@ -469,7 +482,7 @@ class bucket_table {
   }
 
   void uncharge(node* n) noexcept {
-    mem_.add(-n->charged);
+    give_back(n->charged);
     count_.dec();
   }
 
@@ -545,27 +558,100 @@ class bucket_table {
   bool try_charge(std::int64_t delta, bucket* held, node* protect, std::int64_t now,
                   reclaim_lists& rl) noexcept {
     if (delta <= 0) {
-      mem_.add(delta);
+      give_back(-delta);
       return true;
     }
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     for (unsigned attempt = 0;; ++attempt) {
-#if defined(HOTPATH_MUTANT_BUCKET_CHECK_THEN_RESERVE)
-      // Mutant (tests/schedule/bucket_table.cpp): check, then reserve; two racing
-      // chargers can both see room and both keep.
-      if (mem_.compare(opt_.budget - delta) <= 0) {
-        mem_.add(delta);
-        return true;
-      }
-#else
-      // Reserve first, then check: two racing chargers can both back out, never both keep.
-      mem_.add(delta);
-      if (mem_.compare(opt_.budget) <= 0) return true;
-      mem_.add(-delta);
-#endif
+      if (take(delta)) return true;
       if (attempt == opt_.eviction_attempts) return false;
       evict(held, protect, now, rl);
     }
+  }
+
+  // The budget's bytes (header comment, "Budget bound"). All relaxed: the bound needs
+  // only that each word's read-modify-writes take from what the word holds.
+  struct reserve {
+    atomic<std::int64_t> bytes{0};
+  };
+  static unsigned cpu() noexcept {
+    if constexpr (requires { Policy::current_cpu(); })
+      return Policy::current_cpu();
+    else
+      return current_cpu();
+  }
+  atomic<std::int64_t>& local_reserve() noexcept {
+    return reserves_[reserves_.index(cpu())].bytes;
+  }
+
+  // Takes d > 0 bytes of the budget; false if the pool and every reserve together
+  // lack them (as far as this thread saw).
+  bool take(std::int64_t d) noexcept {
+    atomic<std::int64_t>& mine = local_reserve();
+    std::int64_t x = mine.load(std::memory_order_relaxed);
+#if defined(HOTPATH_MUTANT_BUCKET_CHECK_THEN_RESERVE)
+    // Mutant (tests/schedule/bucket_table.cpp): a load and a store where the CAS must
+    // be; two chargers on one cpu take the same bytes.
+    if (x >= d) {
+      mine.store(x - d, std::memory_order_relaxed);
+      return true;
+    }
+#else
+    while (x >= d)
+      if (mine.compare_exchange_weak(x, x - d, std::memory_order_relaxed)) return true;
+#endif
+    if (take_shared(d, opt_.charge_batch)) return true;
+    // Near the budget: gather the spare bytes of every cpu (ours too: this thread may
+    // have left some on a cpu it ran on before) before anything is evicted.
+    std::int64_t got = 0;
+    for (reserve& r : reserves_) {
+#if defined(HOTPATH_MUTANT_BUCKET_GATHER_OWN_ONLY)
+      // Mutant (tests/bucket_table_test.cpp): other cpus' spare bytes are not gathered.
+      if (&r.bytes != &mine) continue;
+#endif
+      if (r.bytes.load(std::memory_order_relaxed) > 0)
+        got += r.bytes.exchange(0, std::memory_order_relaxed);
+    }
+    if (got >= d) {
+      if (got > d) give_back(got - d);
+      return true;
+    }
+    if (take_shared(d - got, 0)) return true;  // what was gathered, and the rest from the pool
+    give_back(got);                            // kept on this cpu, where the next gather finds it
+    return false;
+  }
+
+  // Takes d bytes from the pool, and up to `extra` more for this cpu's reserve.
+  bool take_shared(std::int64_t d, std::int64_t extra) noexcept {
+    std::int64_t f = free_.load(std::memory_order_relaxed);
+    while (f >= d) {
+      const std::int64_t n = std::min(f, d + extra);
+      if (free_.compare_exchange_weak(f, f - n, std::memory_order_relaxed)) {
+        if (n > d) give_back(n - d);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Returns d >= 0 bytes to this cpu's reserve; what lifts it above 2 x charge_batch
+  // goes back to the pool, down to one batch.
+  void give_back(std::int64_t d) noexcept {
+    if (d == 0) return;
+    atomic<std::int64_t>& mine = local_reserve();
+    const std::int64_t batch = opt_.charge_batch;
+    std::int64_t x = mine.load(std::memory_order_relaxed);
+    std::int64_t spill = 0;
+    for (;;) {
+      std::int64_t n = x + d;
+      spill = 0;
+      if (n > 2 * batch) {
+        spill = n - batch;
+        n = batch;
+      }
+      if (mine.compare_exchange_weak(x, n, std::memory_order_relaxed)) break;
+    }
+    if (spill > 0) free_.fetch_add(spill, std::memory_order_relaxed);
   }
 
   // One eviction round (header comment). Samples distinct non-empty buckets and reads
@@ -718,7 +804,7 @@ class bucket_table {
         try {
           found = new node(key, h, std::forward<Args>(args)...);
         } catch (...) {
-          mem_.add(-opt_.entry_charge);
+          give_back(opt_.entry_charge);
           throw;
         }
         found->charged = opt_.entry_charge;
@@ -771,8 +857,9 @@ class bucket_table {
   std::size_t mask_;
   unsigned index_bits_;  // of mask_
   std::unique_ptr<bucket[]> buckets_;
-  percpu_counter<std::int64_t, Policy> mem_;
+  percpu<reserve> reserves_;
   percpu_counter<std::int64_t, Policy> count_;
+  alignas(cache_line_size) atomic<std::int64_t> free_{0};  // the shared pool
   alignas(cache_line_size) atomic<std::size_t> cursor_{0};
 };
 

@@ -180,8 +180,9 @@ HOTPATH_PROPERTY(insert_find_erase, {}) {
 // --- the budget, eviction and expiry ------------------------------------------------
 
 constexpr std::int64_t entry_charge = 20;
-constexpr std::int64_t extra_charge = 3;  // below the batch: stays in a cpu's word
-constexpr std::int64_t charge_batch = 4;
+constexpr std::int64_t extra_charge = 3;  // usually taken from a cpu's reserve
+// A reserve holds up to two batches: a whole entry's charge, so charges race on it.
+constexpr std::int64_t charge_batch = 10;
 constexpr std::int64_t budget = 60;
 
 // Records an entry that the table removed (evicted or expired). Runs after its
@@ -215,8 +216,13 @@ table_type::events ghost_events() {
 // The budget bound where nothing after the race can repair it: the table holds two
 // entries (40 of 60 bytes); two threads create one entry each, room for one, while
 // a third visits the old entries (their buckets are busy for an eviction). The
-// charged total must end within the budget (header: plus batch - 1 per thread), and
-// both creations succeed (the old entries are there to evict).
+// entries' charges must end within the budget (exactly: header, "Budget bound"),
+// charged() must equal their sum (no byte made or lost between the pool, the
+// reserves and the entries), and at least one creation succeeds (there is room for
+// one). The other must evict, and it may be refused: its eviction attempts can all
+// find the old entries' buckets busy, since a try_lock may see a released lock as
+// still held for a while (the model keeps stores buffered; seed 317256 of a million
+// refused one with the reserve-then-compare charging this replaced, too).
 HOTPATH_PROPERTY(budget, {}) {
   ghost = {};
   table_type t(budget_options(1000), ghost_events());
@@ -239,11 +245,13 @@ HOTPATH_PROPERTY(budget, {}) {
           bump(*e.value().p, read_whole(*e.value().p, k));
         });
     } else {
-      check(create(static_cast<int>(id) + 2), "a creation evicts an old entry");
+      if (!create(static_cast<int>(id) + 2)) ++ghost.refused;
     }
   });
-  check(t.charged() <= budget + 3 * (charge_batch - 1), "charged() stays within the budget");
-  check(t.size() == 4 - static_cast<std::int64_t>(ghost.evicted), "size() counts the entries");
+  check(ghost.refused <= 1, "one of two creations fits");
+  check(t.size() == 4 - static_cast<std::int64_t>(ghost.evicted + ghost.refused),
+        "size() counts the entries");
+  check(t.size() * entry_charge <= budget, "the entries' charges stay within the budget");
   check(t.charged() == t.size() * entry_charge, "charged() is the sum of the entries' charges");
 }
 
@@ -251,8 +259,8 @@ HOTPATH_PROPERTY(budget, {}) {
 // buckets while they are visited), charge a little more, and look up another
 // thread's keys; the budget holds about three entries, so creations evict or refuse;
 // entries expire a tick after their creation, and one thread sweeps.
-// Checked: the charged total ends within the budget (plus batch - 1 per thread),
-// charges and counts are exact, an entry removed (evicted, expired) raised one event
+// Checked: the entries' charges end within the budget (exactly), charged() is their
+// sum, charges and counts are exact, an entry removed (evicted, expired) raised one event
 // and is never found again, nor was it being visited then.
 HOTPATH_PROPERTY(evict_expire, {}) {
   ghost = {};
@@ -283,8 +291,6 @@ HOTPATH_PROPERTY(evict_expire, {}) {
       }
       if (id == 3) t.sweep(now, 2);
     });
-    const std::int64_t slack = 3 * (charge_batch - 1);
-    check(t.charged() <= budget + slack, "charged() stays within the budget");
     std::int64_t sum = 0;
     std::int64_t present = 0;
     t.for_each([&](table_type::entry_view& v) {
@@ -293,6 +299,7 @@ HOTPATH_PROPERTY(evict_expire, {}) {
       sum += v.charged();
       ++present;
     });
+    check(sum <= budget, "the entries' charges stay within the budget");
     check(t.charged() == sum, "charged() is the sum of the entries' charges");
     check(t.size() == present, "size() counts the entries");
     check(6 == present + ghost.evicted + ghost.expired + ghost.refused,
