@@ -109,6 +109,10 @@ struct run_result {
   std::vector<delivered> out;       // first pass, ordered by completed_by
   stats first;                      // first pass, after the end-of-capture expiry
   std::int64_t pending_at_end = 0;  // datagrams still incomplete when the capture ended
+  // When the capture ended, before the end-of-capture expiry: the pending datagrams'
+  // charges summed one by one (engine::held_bytes()), and the table's charged().
+  std::int64_t held_bytes_at_end = 0;
+  std::int64_t memory_bytes_at_end = 0;
   std::int64_t handed_off = 0;  // first pass: packets handed to the worker owning their datagram
   std::vector<std::int64_t> pass_ns;      // wall time of every pass, the first one included
   std::vector<std::int64_t> pass_cpu_ns;  // CPU time of the workers, summed, every pass
@@ -915,6 +919,8 @@ inline run_result run(const pcap_io::capture& cap, const run_options& o) {
     std::vector<detail::worker_slot> slots(workers);
     res.pass_ns.push_back(detail::pass(eng, cap, rx, clock, o, true, slots));
     res.pass_cpu_ns.push_back(detail::cpu_sum(slots));
+    res.held_bytes_at_end = eng->held_bytes();
+    res.memory_bytes_at_end = eng->snapshot().memory_bytes;
     res.pending_at_end = detail::expire_all(*eng, cap);
     for (const auto& sl : slots)
       res.handed_off += sl.handed_off;

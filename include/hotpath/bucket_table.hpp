@@ -54,24 +54,28 @@
 // read and move from the entry (they get an entry_view). Entries removed by erase(),
 // clear() or the destructor raise no event.
 //
-// Eviction policy and guarantee. A positive charge that finds no room (see "Budget
-// bound" below) evicts: it samples k = eviction_samples distinct random non-empty buckets (at most
-// 8k probes), removes every expired entry there, and if there was none, the least recently touched
-// entry of those buckets, then tries again (at most eviction_attempts times). It does so without
-// walking every sampled bucket: each bucket keeps two hints, written under its lock and read
-// without it, that never exceed the least last_used and the least deadline of its entries (exact
-// after a walk of its whole chain). Sampling reads only the hints; then, each under its lock, it
-// expires the sampled buckets whose deadline hint has come, and walks the others in order of their
-// last_used hint until the next hint is no older than the oldest entry found: none left unwalked
-// can hold an older one. (Under a flood of entries created and not touched again the hints are
-// exact, and it walks one bucket.) Locks are taken with try_lock only, since it may hold the lock
-// of the bucket it is visiting; a sampled bucket found busy is being visited, so fresh, and another
-// is sampled in its place. It never evicts the entry being visited. So an insertion never fails
-// while sampled buckets hold entries, stale entries (expired, or old) go before fresh ones, and no
-// flood of new keys locks out live traffic: under a flood, the victim is the oldest of the entries
-// of k random buckets (as they were when their hints were read). A live entry last touched at time
-// t is evicted only if every sampled bucket holds nothing older: if a fraction q of the occupied
-// buckets hold only entries touched after t, one eviction removes an entry touched after t with
+// Eviction policy and guarantee. A positive charge that finds no room in the budget
+// (see "Budget bound" below), neither on its cpu nor in the pool, evicts:
+// it samples k = eviction_samples distinct random non-empty buckets (at most 8k
+// probes), removes every expired entry there, and if there was none, the least
+// recently touched entry of those buckets, then tries again (at most
+// eviction_attempts times). It does so without walking every sampled bucket: each
+// bucket keeps two hints, written under its lock and read without it, that never
+// exceed the least last_used and the least deadline of its entries (exact after a
+// walk of its whole chain). Sampling reads only the hints; then, each under its lock,
+// it expires the sampled buckets whose deadline hint has come, and walks the others
+// in order of their last_used hint until the next hint is no older than the oldest
+// entry found: none left unwalked can hold an older one. (Under a flood of entries
+// created and not touched again the hints are exact, and it walks one bucket.) Locks
+// are taken with try_lock only, since it may hold the lock of the bucket it is
+// visiting; a sampled bucket found busy is being visited, so fresh, and another is
+// sampled in its place. It never evicts the entry being visited. So an insertion
+// never fails while sampled buckets hold entries, stale entries (expired, or old) go
+// before fresh ones, and no flood of new keys locks out live traffic: under a flood,
+// the victim is the oldest of the entries of k random buckets (as they were when
+// their hints were read). A live entry last touched at time t is evicted only if every
+// sampled bucket holds nothing older: if a fraction q of the occupied buckets hold
+// only entries touched after t, one eviction removes an entry touched after t with
 // probability at most q^k (with k = 8: 0.4% for q = 1/2, 43% for q = 0.9). To evict
 // live entries reliably, an attacker must keep nearly the whole budget fresher than
 // they are, that is, refresh about the whole budget within the lifetime of a live
@@ -82,18 +86,21 @@
 // shared pool, one reserve per cpu, the entries' charges and the hands of a thread
 // moving them. A charge takes its delta from its cpu's reserve, else from the pool
 // (with charge_batch more for later charges), else it gathers every cpu's reserve
-// into the pool and tries once more; only then does it evict (so no entry is evicted
-// while the pool and the reserves hold room for the charge, except what another
-// thread holds in its hands at that instant). An uncharge puts the bytes back in its
-// cpu's reserve, and a reserve above 2 x charge_batch returns the excess to the
-// pool. Every move is an atomic read-modify-write that takes from a place before
-// adding to another, and no place goes below zero, so the bytes held by entries
-// never exceed the budget, at any instant and any thread count; relaxed order
-// suffices, since the bound rests on each word's modification order alone. (The
-// kernel's percpu_counter_compare() bound, which an earlier version used, let each
-// thread folding a batch at that instant add up to one batch.) charged() is the
-// budget less the pool and the reserves: exact when no charge is in progress, and
-// never above the budget.
+// and takes the rest from the pool (if that falls short, what it gathered goes to the
+// pool, where a charger gathering at the same time finds it: of two racing for room
+// for one, one wins); only then does it evict. An uncharge puts the bytes back in its
+// cpu's reserve, and a reserve above 2 x charge_batch returns the excess to the pool.
+// Every move is an atomic read-modify-write that takes from a place before adding to
+// another, and no place goes below zero, so the bytes held by linked entries never
+// exceed the budget, at any instant and any thread count; relaxed order suffices,
+// since the bound rests on each word's modification order alone. (The kernel's
+// percpu_counter_compare() bound, which an earlier version used, let each thread
+// folding a batch at that instant add up to one batch.) The price: a charge may evict
+// while room exists that it did not see, bytes in another thread's hands or given
+// back to a reserve after its gather passed it (the gather is not a snapshot); the
+// next charge finds them. charged() is the budget less the pool and the reserves:
+// exact when no charge runs; while charges move bytes, it can read high (never above
+// the budget) or low (even negative).
 //
 // Cost: find_or_create of a present key is a hash (SipHash-1-3, 14 ns here), the bucket
 // lock (one CAS, one store) and a short chain walk. The chain is not RCU-protected:
@@ -247,6 +254,8 @@ class bucket_table {
     // take, even after evicting other entries, is refused: returns false and
     // charges nothing. A delta <= 0 always succeeds.
     bool charge(std::int64_t delta) noexcept {
+      // More given back than the entry holds would make bytes out of nothing.
+      HOTPATH_ASSERT(delta >= -this->n_->charged, "bucket_table: charge below zero");
       if (!t_->try_charge(delta, b_, this->n_, now_, *rl_)) return false;
       this->n_->charged += delta;
       return true;
@@ -292,11 +301,13 @@ class bucket_table {
         buckets_(new bucket[mask_ + 1]) {
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
+    HOTPATH_ASSERT(opt_.budget >= 0, "bucket_table: negative budget");
     std::int64_t batch = opt_.charge_batch;
     if (batch <= 0)
       batch = std::max<std::int64_t>(
           64, opt_.budget / (32 * static_cast<std::int64_t>(possible_cpus())));
-    opt_.charge_batch = batch;
+    // A reserve holds up to two batches: keep 2 x batch + a charge within int64.
+    opt_.charge_batch = std::min(batch, std::numeric_limits<std::int64_t>::max() / 4);
     free_.store(opt_.budget, std::memory_order_relaxed);
     // size() reads sum(), never read(): the count need not fold, and folding would
     // bounce the centre's line between cpus every 32 inserts.
@@ -397,11 +408,12 @@ class bucket_table {
   }
 
   // Bytes charged by live entries: the budget less the pool and the reserves (header
-  // comment). Exact when no charge is in progress; never above budget().
+  // comment, "Budget bound"). Exact when no charge runs; never above budget(), by
+  // construction, so it cannot show the bound: sum the entries for that.
   std::int64_t charged() const noexcept {
     std::int64_t spare = free_.load(std::memory_order_relaxed);
-    for (const reserve& r : reserves_)
-      spare += r.bytes.load(std::memory_order_relaxed);
+    for (const reserve& r : reserves_)  // saturating: bytes on the move may count twice
+      spare = detail::saturating_add(spare, r.bytes.load(std::memory_order_relaxed));
     return opt_.budget - spare;
   }
   // Live entries: exact when no insert or removal is in progress.
@@ -617,15 +629,24 @@ class bucket_table {
       return true;
     }
     if (take_shared(d - got, 0)) return true;  // what was gathered, and the rest from the pool
-    give_back(got);                            // kept on this cpu, where the next gather finds it
+      // Short: what was gathered goes to the pool. Of chargers gathering at once, each
+      // with part of the room, the last to deposit finds every part there.
+#if defined(HOTPATH_MUTANT_BUCKET_GATHER_KEEPS_SHORT)
+    // Mutant (tests/schedule/bucket_table.cpp): the part stays on this cpu; two
+    // chargers that split the room both fail.
+    give_back(got);
     return false;
+#else
+    if (got > 0) free_.fetch_add(got, std::memory_order_relaxed);
+    return take_shared(d, 0);
+#endif
   }
 
   // Takes d bytes from the pool, and up to `extra` more for this cpu's reserve.
   bool take_shared(std::int64_t d, std::int64_t extra) noexcept {
     std::int64_t f = free_.load(std::memory_order_relaxed);
     while (f >= d) {
-      const std::int64_t n = std::min(f, d + extra);
+      const std::int64_t n = d + std::min(extra, f - d);  // no d + extra: may overflow
       if (free_.compare_exchange_weak(f, f - n, std::memory_order_relaxed)) {
         if (n > d) give_back(n - d);
         return true;

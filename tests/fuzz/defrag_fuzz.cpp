@@ -85,7 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   defrag::stats s = eng.snapshot();
   check(s[defrag::counter::packets_in] == inputs, "every packet is counted");
   check(s[defrag::counter::datagrams_out] == delivered, "every delivery is counted");
-  check(s.peak_memory_bytes <= cfg.budget_bytes, "memory stays within the budget");
+  const std::int64_t held = eng.held_bytes();  // summed datagram by datagram
+  check(held == s.memory_bytes, "no byte of the budget is made or lost");
+  check(held <= cfg.budget_bytes, "memory stays within the budget");
   eng.expire(now + 61'000'000'000, cfg.buckets);
   check(eng.snapshot().memory_bytes == 0, "nothing is left charged once everything expired");
   return 0;

@@ -12,7 +12,7 @@
 // A policy may also define static hooks that replace what a primitive otherwise
 // calls directly: park(word, expected, channel), unpark_one(word, channel),
 // unpark_channel(word, channel), unpark_all(word) (detail/futex.hpp), light_fence(),
-// heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter),
+// heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter, bucket_table),
 // thread_slot() (queued_lock's name for the calling thread, instead of
 // detail/thread_slots.hpp's) and local<T>() (a thread's own T:
 // detail::policy_local() below). The
