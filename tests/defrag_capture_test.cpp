@@ -306,16 +306,22 @@ TEST(DefragSpread, FragmentsOfOneDatagramReachDifferentWorkers) {
   EXPECT_GT(split * 3, where.size()) << split << " of " << where.size() << " datagrams split";
 }
 
-// RSS by addresses alone: every packet still goes to exactly one worker, each datagram's
-// fragments all to the one its steering hash picks (so the driver steers nothing), and
-// on traffic between many hosts both of 2 workers get some.
-TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
+// The first kernel-judged capture, the probes, and 300 datagrams of --synthetic (last).
+std::vector<defrag::pcap_io::capture> seed_probes_and_synthetic() {
   std::vector<defrag::pcap_io::capture> caps;
   for (const char* f : {"kernel-seed1.pcapng", "kernel-probes1.pcapng"})
     caps.push_back(defrag::pcap_io::read_capture((data_dir / f).string()));
   defrag::synthetic::options so;
   so.datagrams = 300;
   caps.push_back(defrag::synthetic::generate(so).cap);
+  return caps;
+}
+
+// RSS by addresses alone: every packet still goes to exactly one worker, each datagram's
+// fragments all to the one its steering hash picks (so the driver steers nothing), and
+// on traffic between many hosts both of 2 workers get some.
+TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
+  const auto caps = seed_probes_and_synthetic();
   for (const auto& cap : caps) {
     for (unsigned workers : {2u, 3u, 4u}) {
       auto lists = defrag::driver::spread(cap, workers, defrag::driver::rss_mode::addresses);
@@ -338,6 +344,33 @@ TEST(DefragSpread, ByAddressesEachDatagramReachesItsOwner) {
         EXPECT_FALSE(lists[0].empty());
         EXPECT_FALSE(lists[1].empty());
       }
+    }
+  }
+}
+
+// The engine's queue shares (config::queues, set to the worker count by the driver)
+// line up with the workers: every fragment, at whichever worker RSS or steering makes
+// it processed (its owner: pick() of steer_hash()), lies in a bucket of that owner's
+// share, so two workers write no bucket line in common.
+TEST(DefragSpread, EachOwnersDatagramsLieInBucketsOfItsOwn) {
+  const auto caps = seed_probes_and_synthetic();
+  for (const auto& cap : caps) {
+    for (unsigned workers : {2u, 4u, 8u}) {
+      defrag::config c;
+      c.queues = workers;
+      const defrag::engine e(c);
+      const std::size_t share = e.initial_config().buckets / workers;
+      std::size_t checked = 0;
+      for (const auto& r : cap.packets) {
+        const auto ip = cap.ip(r);
+        defrag::packet_info pi;
+        const auto h = defrag::driver::steer_hash(ip);
+        if (!h || defrag::parse(ip, pi) != defrag::parse_status::ok || !pi.fragment) continue;
+        ++checked;
+        EXPECT_EQ(e.bucket_index(pi.key) / share, defrag::driver::pick(*h, workers))
+            << workers << " workers";
+      }
+      EXPECT_GT(checked, 50u);
     }
   }
 }

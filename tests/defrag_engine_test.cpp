@@ -15,8 +15,10 @@
 #include <latch>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -154,11 +156,14 @@ family fam(int v) {
 struct harness {
   // Three engines: e (copies, delivers contiguous packets), twin (borrows, delivers
   // datagram_views), viewed (copies, delivers datagram_views): the same packets out.
-  explicit harness(defrag::config c = {})
-      : e(c, fixed_key), twin(c, fixed_key), viewed(c, fixed_key) {}
+  // twins = false: e alone. (Where evictions sample buckets at random, three engines
+  // drawing from one thread's stream evict alike only while the samples agree.)
+  explicit harness(defrag::config c = {}, bool twins = true)
+      : e(c, fixed_key), twin(c, fixed_key), viewed(c, fixed_key), twins_(twins) {}
   void feed(const bytes& p, std::int64_t t = 0) {
     const std::size_t before = out.size();
     e.input(t, p, [&](std::span<const std::uint8_t> d) { out.emplace_back(d.begin(), d.end()); });
+    if (!twins_) return;
     std::vector<bytes> borrowed_out, viewed_out;
     auto flatten = [](std::vector<bytes>& to) {
       return [&to](const defrag::datagram_view& d) {
@@ -184,6 +189,7 @@ struct harness {
   // On both engines.
   std::size_t expire(std::int64_t now, std::size_t buckets) {
     const std::size_t n = e.expire(now, buckets);
+    if (!twins_) return n;
     EXPECT_EQ(twin.expire(now, buckets), n);
     EXPECT_EQ(viewed.expire(now, buckets), n);
     expect_twins();
@@ -211,6 +217,7 @@ struct harness {
   defrag::engine twin;
   defrag::engine viewed;
   std::vector<bytes> out;
+  bool twins_;
 };
 
 defrag::config with_policy(policy p) {
@@ -1006,19 +1013,89 @@ TEST(DefragConfig, BucketsFollowTheBudget) {
   c.budget_bytes = std::int64_t{1} << 50;
   EXPECT_EQ(defrag::resolved(c).buckets, std::size_t{1} << 24);
   c.buckets = 100;
-  EXPECT_EQ(defrag::engine(c).initial_config().buckets, 100u);  // the table rounds it up
+  EXPECT_EQ(defrag::engine(c).initial_config().buckets, 128u);  // as the table rounds it
+}
+
+TEST(DefragConfig, QueuesResolveToAPowerOfTwoAtMostEight) {
+  defrag::config c;
+  for (auto [asked, got] : {std::pair<std::size_t, std::size_t>{0, 1},
+                            {1, 1},
+                            {2, 2},
+                            {3, 4},
+                            {5, 8},
+                            {8, 8},
+                            {9, 8},
+                            {1000, 8}}) {
+    c.queues = asked;
+    EXPECT_EQ(defrag::resolved(c).queues, got) << asked;
+  }
+  c.queues = 3;
+  defrag::engine e(c);
+  EXPECT_EQ(e.initial_config().queues, 4u);
+  c.queues = 1;
+  e.reconfigure(c);  // fixed at construction
+  EXPECT_EQ(e.current_config().queues, 4u);
+}
+
+// config::queues: a datagram's bucket lies in its queue's share of the table, the
+// share pick_queue() gives the hash of its addresses, so that workers fed by that hash
+// write buckets of their own; within a share the keyed hash still spreads the keys of
+// one address pair (a flood from one host, or an attacker's chosen ids).
+TEST(DefragQueues, EachQueuesDatagramsLieInBucketsOfTheirOwn) {
+  std::mt19937_64 rng(7);
+  for (std::size_t buckets : {64u, 2048u}) {
+    for (std::size_t queues : {1u, 2u, 4u, 8u}) {
+      defrag::config c;
+      c.buckets = buckets;
+      c.queues = queues;
+      defrag::engine e(c);
+      std::vector<std::size_t> used(queues);
+      for (int n = 0; n < 4000; ++n) {
+        defrag::datagram_key k;
+        const bool v6 = n % 4 == 3;
+        k.family = v6 ? 6 : 4;
+        k.protocol = v6 ? 0 : 17;
+        k.id = static_cast<std::uint32_t>(rng()) & (v6 ? 0xffffffffu : 0xffffu);
+        for (std::size_t b = 0; b < (v6 ? 32u : 8u); ++b)
+          k.addr[b] = static_cast<std::uint8_t>(rng());
+        const std::size_t q = defrag::pick_queue(defrag::address_hash(k.addr, v6), queues);
+        const std::size_t at = e.bucket_index(k);
+        ASSERT_LT(at, buckets);
+        EXPECT_EQ(at / (buckets / queues), q) << buckets << " buckets, " << queues << " queues";
+        ++used[q];
+      }
+      for (std::size_t q = 0; q < queues; ++q)
+        EXPECT_GT(used[q], 4000 / queues / 2) << "queue " << q << " of " << queues;
+      // One address pair, many ids: one share, spread over it.
+      std::set<std::size_t> seen;
+      defrag::datagram_key k;
+      k.family = 4;
+      k.protocol = 17;
+      std::memcpy(k.addr, "\x0b\x00\x00\x01\x0a\x4d\x00\x02", 8);
+      for (std::uint32_t id = 0; id < 20 * buckets / queues; ++id) {
+        k.id = id;
+        seen.insert(e.bucket_index(k));
+      }
+      EXPECT_GE(seen.size(), buckets / queues * 9 / 10) << buckets << " buckets, " << queues;
+    }
+  }
 }
 
 // Bogus first fragments that never complete, `ratio` per legit fragment, under a
 // budget: every legit datagram must still get through (Linux 6.18 delivers 18% at
-// 10:1 with 4 MiB), and the charge never passes the budget.
-TEST(DefragFlood, StaleDatagramsAreEvictedInsteadOfNewOnesRefused) {
+// 10:1 with 4 MiB), and the charge never passes the budget. Also with 8 queues, where
+// the bogus fragments, all from one host, crowd into one eighth of the buckets.
+class DefragFloodQueues : public ::testing::TestWithParam<std::size_t> {};
+INSTANTIATE_TEST_SUITE_P(Queues, DefragFloodQueues, ::testing::Values(1u, 8u));
+
+TEST_P(DefragFloodQueues, StaleDatagramsAreEvictedInsteadOfNewOnesRefused) {
   defrag::config c;
   c.budget_bytes = 1 << 20;
+  c.queues = GetParam();
   // The default bucket count, 512 here: about as many as the datagrams the budget
   // holds (about 350), so that samples find entries (docs/defrag.md; with 4096 buckets
   // a legit datagram was lost).
-  harness h(c);
+  harness h(c, c.queues == 1);
   family bogus = fam(4), legit = fam(4);
   bogus.s4.src = 0x0b000001;
   const int ratio = 10, datagrams = 200;
@@ -1054,10 +1131,12 @@ TEST(DefragFlood, StaleDatagramsAreEvictedInsteadOfNewOnesRefused) {
   EXPECT_GT(max_memory, c.budget_bytes * 9 / 10);
 }
 
-TEST(DefragFlood, BlackoutPatternDoesNotBlackOut) {
+TEST_P(DefragFloodQueues, BlackoutPatternDoesNotBlackOut) {
   // kernel bugzilla 212515: 1766 bogus 1480-byte first fragments at once, then 300
   // legit datagrams over 25 s. Linux refuses everything until the bogus ones expire.
-  harness h;  // default 4 MiB
+  defrag::config c;  // default 4 MiB
+  c.queues = GetParam();
+  harness h(c, c.queues == 1);
   family bogus = fam(4), legit = fam(4);
   bogus.s4.src = 0x0b000001;
   for (std::uint32_t i = 0; i < 1766; ++i) {

@@ -140,26 +140,14 @@ struct run_result {
 };
 
 namespace detail {
-// A 64-bit mixer (the finaliser of MurmurHash3, both rounds): spreading, not security.
-// (With its first round only, the top bit that picks one of two workers gave one 8.7%
-// more of --synthetic's fragments than the other; with both, 0.5%.)
 inline std::uint64_t mix(std::uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccd;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53;
-  h ^= h >> 33;
-  return h;
+  return defrag::mix64(h);
 }
-inline std::uint64_t load64(std::span<const std::uint8_t> ip, std::size_t at) {
-  std::uint64_t v;
-  std::memcpy(&v, ip.data() + at, 8);
-  return v;
-}
-// The addresses of an IPv4 (8 bytes at 12) or IPv6 (32 bytes at 8) header, mixed.
+// The addresses of an IPv4 (8 bytes at 12) or IPv6 (32 bytes at 8) header, hashed as the
+// engine hashes a key's (defrag::address_hash), so that its queues' shares of buckets
+// line up with the workers.
 inline std::uint64_t address_hash(std::span<const std::uint8_t> ip, bool v6) {
-  if (!v6) return mix(load64(ip, 12));
-  return mix(mix(mix(mix(load64(ip, 8)) ^ load64(ip, 16)) ^ load64(ip, 24)) ^ load64(ip, 32));
+  return defrag::address_hash(ip.data() + (v6 ? 8 : 12), v6);
 }
 inline std::uint64_t with_ports(std::uint64_t h, unsigned protocol, const std::uint8_t* ports) {
   std::uint32_t p;
@@ -232,8 +220,7 @@ inline std::uint64_t rss_hash(std::span<const std::uint8_t> ip) {
 
 // Which of n workers a hash picks (multiply and shift: a division costs tens of cycles).
 inline std::size_t pick(std::uint64_t h, std::size_t n) {
-  __extension__ using u128 = unsigned __int128;
-  return static_cast<std::size_t>((static_cast<u128>(h) * n) >> 64);
+  return pick_queue(h, n);
 }
 
 // Steering hash of a fragment: the RSS hash of its addresses alone, as the kernel's
@@ -786,6 +773,12 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
   std::mutex global;
   const config& c = o.cfg;
   const auto& lists = rx.lists;
+  // Each worker's datagrams in buckets of their own: every fragment a worker processes
+  // is one RSS by addresses or steering gave it, by the hash the engine shares buckets by
+  // (with --no-steer, first fragments are processed where RSS put them by their ports,
+  // and share the other workers' buckets).
+  config cfg = o.cfg;
+  cfg.queues = lists.size();
   // Steering reads rx.l4 beside each list; receive() fills both.
   assert(rx.l4.size() == lists.size() &&
          std::equal(lists.begin(), lists.end(), rx.l4.begin(),
@@ -827,7 +820,7 @@ inline std::int64_t pass(std::unique_ptr<engine>& eng, const pcap_io::capture& c
       // capture's short passes), as a table lives where it is used.
       if (w == 0) {
         try {
-          s.eng = (eng = std::make_unique<engine>(o.cfg)).get();
+          s.eng = (eng = std::make_unique<engine>(cfg)).get();
         } catch (...) {
           failed = std::current_exception();  // rethrown after the join; all leave
         }

@@ -56,11 +56,11 @@
 //
 // Eviction policy and guarantee. A positive charge that finds no room in the budget
 // (see "Budget bound" below), neither on its cpu nor in the pool, evicts:
-// it samples k = eviction_samples distinct random non-empty buckets (at most 8k
-// probes), removes every expired entry there, and if there was none, the least
-// recently touched entry of those buckets, then tries again (at most
-// eviction_attempts times). It does so without walking every sampled bucket: each
-// bucket keeps two hints, written under its lock and read without it, that never
+// it samples k = eviction_samples distinct random non-empty buckets (at most
+// eviction_probes probes, 8k by default), removes every expired entry there, and if
+// there was none, the least recently touched entry of those buckets, then tries again
+// (at most eviction_attempts times). It does so without walking every sampled bucket:
+// each bucket keeps two hints, written under its lock and read without it, that never
 // exceed the least last_used and the least deadline of its entries (exact after a
 // walk of its whole chain). Sampling reads only the hints; then, each under its lock,
 // it expires the sampled buckets whose deadline hint has come, and walks the others
@@ -148,6 +148,10 @@ struct bucket_table_options {
   std::int64_t ttl = std::numeric_limits<std::int64_t>::max();
   // Non-empty buckets sampled per eviction (k of the guarantee), 1 to 64.
   unsigned eviction_samples = 8;
+  // Buckets an eviction may probe to find them; 0: 8 k. More where entries may crowd
+  // into a part of the buckets (a hash that gives callers shares of the table): with
+  // too few probes, a sample can miss the crowd and find only live entries elsewhere.
+  unsigned eviction_probes = 0;
   // Evictions a charge may make before it gives up and refuses.
   unsigned eviction_attempts = 4;
   // Charged when an entry is created; -1: the size of its node (key, value, links).
@@ -301,6 +305,8 @@ class bucket_table {
         buckets_(new bucket[mask_ + 1]) {
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
+    if (opt_.eviction_probes == 0) opt_.eviction_probes = 8 * opt_.eviction_samples;
+    opt_.eviction_probes = std::max(opt_.eviction_probes, opt_.eviction_samples);
     HOTPATH_ASSERT(opt_.budget >= 0, "bucket_table: negative budget");
     std::int64_t batch = opt_.charge_batch;
     if (batch <= 0)
@@ -699,7 +705,7 @@ class bucket_table {
     sample s[max_eviction_samples];
     const unsigned want = opt_.eviction_samples;
     unsigned have = 0;
-    const unsigned max_probes = 8 * want;
+    const unsigned max_probes = opt_.eviction_probes;
     unsigned probes = 0;
     random_indices pick(index_bits_);
     // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
