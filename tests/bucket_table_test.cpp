@@ -301,6 +301,46 @@ TEST(BucketTable, ChargesFillTheBudgetExactlyOnWhateverCpuTheyRun) {
   chosen_cpu_policy::cpu = 0;
 }
 
+// An eviction probes at most eviction_probes buckets for its eviction_samples non-empty
+// ones, and takes the oldest entry of what it found. Where the entries crowd into a few
+// buckets (a hash that gives callers shares of the table), probes that miss the crowd
+// find only what lies elsewhere, however young: a script of random picks shows the
+// bound deciding between the crowd's oldest entry and a live one.
+struct scripted_policy : default_policy {
+  static inline std::vector<std::uint64_t> script;
+  static inline std::size_t next = 0;
+  static std::uint64_t random() noexcept { return script[next++ % script.size()]; }
+};
+struct identity_hash {
+  std::uint64_t operator()(std::uint32_t k) const noexcept { return k; }
+};
+
+TEST(BucketTable, EvictionProbesBoundTheSearchForACrowd) {
+  using scripted =
+      bucket_table<std::uint32_t, tracked, identity_hash, queued_lock, scripted_policy>;
+  for (unsigned probes : {0u, 18u}) {  // 0: 8 per sample, 16 here
+    bucket_table_options o = small_options(64, 1000);
+    o.eviction_samples = 2;
+    o.eviction_probes = probes;
+    std::vector<std::uint32_t> evicted;
+    scripted t(o, {.on_evict = [&](auto& v) { evicted.push_back(v.value().tag); }});
+    for (std::uint32_t k = 0; k < 9; ++k)  // the crowd, old: buckets 0-8
+      ASSERT_TRUE(t.find_or_create(
+          k, k, [](auto&) {}, k));
+    ASSERT_TRUE(t.find_or_create(
+        40u, 100, [](auto&) {}, 40u));  // live, young
+    // 7 empty buckets, the live one, 8 empty ones (16 probes), then the crowd.
+    scripted_policy::script = {20, 21, 22, 23, 24, 25, 26, 40, 27,
+                               28, 29, 30, 31, 32, 33, 34, 0,  1};
+    scripted_policy::next = 0;
+    ASSERT_TRUE(t.find_or_create(
+        41u, 101, [](auto&) {}, 41u));  // over the budget
+    ASSERT_EQ(evicted.size(), 1u);
+    EXPECT_EQ(evicted[0], probes == 0 ? 40u : 0u) << probes << " probes";
+    EXPECT_EQ(held_bytes(t), 1000);
+  }
+}
+
 // Eviction reads each sampled bucket's hints (lower bounds of its entries' last_used
 // and deadline) without its lock, and walks only the buckets that may hold an entry
 // older than the oldest found. With two buckets and eight samples (64 probes) both
