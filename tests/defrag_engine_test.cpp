@@ -1016,35 +1016,29 @@ TEST(DefragConfig, BucketsFollowTheBudget) {
   EXPECT_EQ(defrag::engine(c).initial_config().buckets, 128u);  // as the table rounds it
 }
 
-TEST(DefragConfig, QueuesResolveToAPowerOfTwoAtMostEight) {
-  defrag::config c;
-  for (auto [asked, got] : {std::pair<std::size_t, std::size_t>{0, 1},
-                            {1, 1},
-                            {2, 2},
-                            {3, 4},
-                            {5, 8},
-                            {8, 8},
-                            {9, 8},
-                            {1000, 8}}) {
+TEST(DefragConfig, QueuesAtLeastOneAtMostTheBuckets) {
+  defrag::config c;  // 2048 buckets
+  for (std::size_t asked : {0u, 1u, 3u, 2048u, 5000u}) {
     c.queues = asked;
-    EXPECT_EQ(defrag::resolved(c).queues, got) << asked;
+    EXPECT_EQ(defrag::resolved(c).queues, std::clamp<std::size_t>(asked, 1, 2048)) << asked;
   }
   c.queues = 3;
   defrag::engine e(c);
-  EXPECT_EQ(e.initial_config().queues, 4u);
+  EXPECT_EQ(e.initial_config().queues, 3u);
   c.queues = 1;
   e.reconfigure(c);  // fixed at construction
-  EXPECT_EQ(e.current_config().queues, 4u);
+  EXPECT_EQ(e.current_config().queues, 3u);
 }
 
-// config::queues: a datagram's bucket lies in its queue's share of the table, the
-// share pick_queue() gives the hash of its addresses, so that workers fed by that hash
-// write buckets of their own; within a share the keyed hash still spreads the keys of
-// one address pair (a flood from one host, or an attacker's chosen ids).
+// config::queues: a datagram's bucket lies in its queue's range of the table,
+// [q B / n, (q + 1) B / n) for the queue q that pick_queue() gives the hash of its
+// addresses, so that workers fed by that hash write buckets of their own, at any count;
+// within a range the keyed hash still spreads the keys of one address pair (a flood
+// from one host, or an attacker's chosen ids).
 TEST(DefragQueues, EachQueuesDatagramsLieInBucketsOfTheirOwn) {
   std::mt19937_64 rng(7);
   for (std::size_t buckets : {64u, 2048u}) {
-    for (std::size_t queues : {1u, 2u, 4u, 8u}) {
+    for (std::size_t queues : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 64u}) {
       defrag::config c;
       c.buckets = buckets;
       c.queues = queues;
@@ -1060,23 +1054,25 @@ TEST(DefragQueues, EachQueuesDatagramsLieInBucketsOfTheirOwn) {
           k.addr[b] = static_cast<std::uint8_t>(rng());
         const std::size_t q = defrag::pick_queue(defrag::address_hash(k.addr, v6), queues);
         const std::size_t at = e.bucket_index(k);
-        ASSERT_LT(at, buckets);
-        EXPECT_EQ(at / (buckets / queues), q) << buckets << " buckets, " << queues << " queues";
+        EXPECT_GE(at, q * buckets / queues) << buckets << " buckets, " << queues << " queues";
+        EXPECT_LT(at, (q + 1) * buckets / queues) << buckets << " buckets, " << queues;
         ++used[q];
       }
-      for (std::size_t q = 0; q < queues; ++q)
+      for (std::size_t q = 0; q < queues && queues <= 8; ++q)
         EXPECT_GT(used[q], 4000 / queues / 2) << "queue " << q << " of " << queues;
-      // One address pair, many ids: one share, spread over it.
+      // One address pair, many ids: one queue's range, spread over it.
       std::set<std::size_t> seen;
       defrag::datagram_key k;
       k.family = 4;
       k.protocol = 17;
       std::memcpy(k.addr, "\x0b\x00\x00\x01\x0a\x4d\x00\x02", 8);
-      for (std::uint32_t id = 0; id < 20 * buckets / queues; ++id) {
+      const std::size_t q = defrag::pick_queue(defrag::address_hash(k.addr, false), queues);
+      const std::size_t range = (q + 1) * buckets / queues - q * buckets / queues;
+      for (std::uint32_t id = 0; id < 20 * range; ++id) {
         k.id = id;
         seen.insert(e.bucket_index(k));
       }
-      EXPECT_GE(seen.size(), buckets / queues * 9 / 10) << buckets << " buckets, " << queues;
+      EXPECT_GE(seen.size(), range * 9 / 10) << buckets << " buckets, " << queues;
     }
   }
 }

@@ -140,9 +140,6 @@ struct run_result {
 };
 
 namespace detail {
-inline std::uint64_t mix(std::uint64_t h) {
-  return defrag::mix64(h);
-}
 // The addresses of an IPv4 (8 bytes at 12) or IPv6 (32 bytes at 8) header, hashed as the
 // engine hashes a key's (defrag::address_hash), so that its queues' shares of buckets
 // line up with the workers.
@@ -152,7 +149,7 @@ inline std::uint64_t address_hash(std::span<const std::uint8_t> ip, bool v6) {
 inline std::uint64_t with_ports(std::uint64_t h, unsigned protocol, const std::uint8_t* ports) {
   std::uint32_t p;
   std::memcpy(&p, ports, 4);
-  return mix(h ^ (std::uint64_t{p} << 8 | protocol));
+  return defrag::mix64(h ^ (std::uint64_t{p} << 8 | protocol));
 }
 inline bool is_l4(unsigned p) {
   return p == 6 || p == 17 || p == 132;

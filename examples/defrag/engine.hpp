@@ -7,7 +7,9 @@
 //
 // - Datagrams live in a hotpath::bucket_table keyed (src, dst, id, protocol) for IPv4
 //   and (src, dst, id) for IPv6; one lock per bucket, taken once per fragment. The
-//   hash is SipHash-1-3 with a random 128-bit key (the key is attacker-chosen).
+//   hash is SipHash-1-3 with a random 128-bit key (the key is attacker-chosen); with
+//   config::queues, which share of the buckets (one per queue) comes from the unkeyed
+//   address_hash() that the receive path picks a worker by.
 // - Memory is charged as the kernel charges it: every kept fragment costs the truesize
 //   of the skb that would hold it (truesize() below), every datagram its queue node;
 //   all of it to the table against budget_bytes (ipfrag_high_thresh), exactly at any
@@ -64,14 +66,13 @@ struct config {
   // Fixed at construction. 0: default_buckets(budget_bytes).
   std::size_t buckets = 0;
   // Fixed at construction: how many receive queues (workers) the caller spreads
-  // datagrams over by pick_queue(address_hash()), as RSS by addresses or steering
-  // does. Each queue's datagrams then get buckets of their own (a share of the table's
-  // lines no other queue writes), so that two workers do not pass bucket lines back and
-  // forth. Resolved to a power of two, at most 8 (max_queue_bits); 1: no shares.
+  // datagrams over by pick_queue(address_hash(), queues), as RSS by addresses or
+  // steering does. Each queue's datagrams then lie in a contiguous range of buckets of
+  // their own (datagram_hash), so that two workers do not pass bucket lines back and
+  // forth (only a line holding the last bucket of one range and the first of the next
+  // is written by both). 1 (the least): no shares; at most `buckets`.
   std::size_t queues = 1;
 };
-
-inline constexpr unsigned max_queue_bits = 3;
 
 // One bucket per 2 KiB of budget, a power of two, at least 64: about as many buckets as
 // the budget holds datagrams under a flood of first fragments (2.8 KiB each, queue
@@ -90,8 +91,7 @@ inline config resolved(config c) noexcept {
   if (c.max_fragments < 1) c.max_fragments = 1;
   if (c.buckets < 1) c.buckets = default_buckets(c.budget_bytes);
   c.buckets = std::bit_ceil(c.buckets);  // as the table rounds it
-  c.queues = std::min(std::bit_ceil(std::clamp<std::size_t>(c.queues, 1, 1u << max_queue_bits)),
-                      c.buckets);
+  c.queues = std::clamp<std::size_t>(c.queues, 1, c.buckets);
   return c;
 }
 
@@ -178,34 +178,33 @@ inline std::int64_t truesize(std::uint32_t ip_len) noexcept {
 }
 
 // The table's hash: SipHash-1-3 over the key bytes in use (16 for IPv4, 40 for IPv6).
-// With queues (config::queues), the top bits of the bucket index are the queue's share
-// instead: the top bits of address_hash(), by which pick_queue() picks a queue. A
-// queue's datagrams then lie in a contiguous range of buckets, aligned with the workers
-// of any worker count dividing `queues`: their buckets, and the lines those share, are
-// written by one worker only. The rest of the index stays keyed, so that the keys of
-// one address pair (one host's flood, or ids an attacker chooses) still spread over
-// their share's buckets.
+// With queues (config::queues), it also places the bucket: a datagram's queue, the one
+// pick_queue() gives its address_hash(), owns buckets [q B / n, (q + 1) B / n), and the
+// keyed hash picks one of those (by its top bits, as pick_queue() does; the table takes
+// the bucket from the low bits, and the top bits still tell keys apart). The keys of one
+// address pair (one host's flood, or ids an attacker chooses) still spread over their
+// queue's buckets; which queue's buckets they fill, an attacker can choose.
 class datagram_hash {
  public:
   datagram_hash() : datagram_hash(hotpath::hash_key::random()) {}
-  // buckets: the table's (a power of two); queues: resolved (a power of two, at most
-  // buckets).
+  // buckets: the table's (rounded up to a power of two, as the table rounds it); queues:
+  // at least 1, at most buckets (clamped).
   explicit datagram_hash(hotpath::hash_key k, std::size_t buckets = 1, std::size_t queues = 1)
       : key_(k),
-        queue_bits_(static_cast<unsigned>(std::countr_zero(queues))),
-        shift_(static_cast<unsigned>(std::countr_zero(buckets)) - queue_bits_) {}
+        buckets_(std::bit_ceil(std::max<std::size_t>(buckets, 1))),
+        queues_(std::clamp<std::size_t>(queues, 1, buckets_)) {}
   std::uint64_t operator()(const datagram_key& k) const noexcept {
     const std::uint64_t h = hotpath::siphash13(key_, &k, k.hashed_size());
-    if (queue_bits_ == 0) return h;
-    const std::uint64_t share = address_hash(k.addr, k.family == 6) >> (64 - queue_bits_);
-    const std::uint64_t field = ((std::uint64_t{1} << queue_bits_) - 1) << shift_;
-    return (h & ~field) | share << shift_;
+    if (queues_ == 1) return h;
+    const std::size_t q = pick_queue(address_hash(k.addr, k.family == 6), queues_);
+    const std::size_t lo = q * buckets_ / queues_, hi = (q + 1) * buckets_ / queues_;
+    return (h & ~std::uint64_t{buckets_ - 1}) | (lo + pick_queue(h, hi - lo));
   }
 
  private:
   hotpath::hash_key key_;
-  unsigned queue_bits_;
-  unsigned shift_;  // of the share within the bucket index
+  std::size_t buckets_;
+  std::size_t queues_;
 };
 
 class engine {
@@ -433,11 +432,13 @@ class engine {
     hotpath::bucket_table_options o;
     o.buckets = c.buckets;
     o.budget = c.budget_bytes;
-    // A flood from one host fills one queue's share of the buckets: probes enough to
-    // find it as often as when it fills them all (with 8 shares and the default 8 k
-    // probes, 1 eviction in 5000 sampled no bogus bucket and could take a live datagram;
-    // probes stop once k non-empty buckets are found, so a full table pays nothing).
-    o.eviction_probes = 8 * o.eviction_samples * static_cast<unsigned>(c.queues);
+    // A flood from one host fills one queue's buckets: while the others are empty,
+    // probes enough to find it as surely as if it filled them all (with 8 queues and the
+    // default 8 k probes, 1 eviction in 5000 found none of it and took what it found: a
+    // live datagram). Probing stops at k non-empty buckets, so this does not help where
+    // live datagrams fill the other queues' buckets (docs/defrag.md).
+    o.eviction_probes = static_cast<unsigned>(
+        std::min<std::size_t>(8 * o.eviction_samples * c.queues, std::size_t{1} << 20));
     return o;
   }
   static counter drop_counter(why w) noexcept {

@@ -148,9 +148,10 @@ struct bucket_table_options {
   std::int64_t ttl = std::numeric_limits<std::int64_t>::max();
   // Non-empty buckets sampled per eviction (k of the guarantee), 1 to 64.
   unsigned eviction_samples = 8;
-  // Buckets an eviction may probe to find them; 0: 8 k. More where entries may crowd
-  // into a part of the buckets (a hash that gives callers shares of the table): with
-  // too few probes, a sample can miss the crowd and find only live entries elsewhere.
+  // Buckets an eviction may probe to find them; 0: 8 k (at least k, at most 8 per
+  // bucket). More where entries may crowd into a part of the buckets while the rest are
+  // empty (a hash that gives callers shares of the table): with too few probes, a
+  // sample can miss the crowd and find only live entries elsewhere.
   unsigned eviction_probes = 0;
   // Evictions a charge may make before it gives up and refuses.
   unsigned eviction_attempts = 4;
@@ -306,7 +307,10 @@ class bucket_table {
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     if (opt_.eviction_probes == 0) opt_.eviction_probes = 8 * opt_.eviction_samples;
-    opt_.eviction_probes = std::max(opt_.eviction_probes, opt_.eviction_samples);
+    // At least k; at most 8 per bucket (a table holding only the protected entry is
+    // probed that often per attempt).
+    opt_.eviction_probes = static_cast<unsigned>(
+        std::clamp<std::size_t>(opt_.eviction_probes, opt_.eviction_samples, 8 * (mask_ + 1)));
     HOTPATH_ASSERT(opt_.budget >= 0, "bucket_table: negative budget");
     std::int64_t batch = opt_.charge_batch;
     if (batch <= 0)
