@@ -1016,12 +1016,16 @@ TEST(DefragConfig, BucketsFollowTheBudget) {
   EXPECT_EQ(defrag::engine(c).initial_config().buckets, 128u);  // as the table rounds it
 }
 
-TEST(DefragConfig, QueuesAtLeastOneAtMostTheBuckets) {
+TEST(DefragConfig, QueuesAtLeastOneAtMostTheBucketsAnd64) {
   defrag::config c;  // 2048 buckets
-  for (std::size_t asked : {0u, 1u, 3u, 2048u, 5000u}) {
+  for (std::size_t asked : {0u, 1u, 3u, 64u, 65u, 5000u}) {
     c.queues = asked;
-    EXPECT_EQ(defrag::resolved(c).queues, std::clamp<std::size_t>(asked, 1, 2048)) << asked;
+    EXPECT_EQ(defrag::resolved(c).queues, std::clamp<std::size_t>(asked, 1, 64)) << asked;
   }
+  c.buckets = 16;
+  c.queues = 64;
+  EXPECT_EQ(defrag::resolved(c).queues, 16u);
+  c.buckets = 0;
   c.queues = 3;
   defrag::engine e(c);
   EXPECT_EQ(e.initial_config().queues, 3u);

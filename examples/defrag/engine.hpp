@@ -70,9 +70,11 @@ struct config {
   // steering does. Each queue's datagrams then lie in a contiguous range of buckets of
   // their own (datagram_hash), so that two workers do not pass bucket lines back and
   // forth (only a line holding the last bucket of one range and the first of the next
-  // is written by both). 1 (the least): no shares; at most `buckets`.
+  // is written by both). 1 (the least): no shares; at most `buckets` and max_queues.
   std::size_t queues = 1;
 };
+
+inline constexpr std::size_t max_queues = 64;
 
 // One bucket per 2 KiB of budget, a power of two, at least 64: about as many buckets as
 // the budget holds datagrams under a flood of first fragments (2.8 KiB each, queue
@@ -91,7 +93,7 @@ inline config resolved(config c) noexcept {
   if (c.max_fragments < 1) c.max_fragments = 1;
   if (c.buckets < 1) c.buckets = default_buckets(c.budget_bytes);
   c.buckets = std::bit_ceil(c.buckets);  // as the table rounds it
-  c.queues = std::clamp<std::size_t>(c.queues, 1, c.buckets);
+  c.queues = std::clamp<std::size_t>(c.queues, 1, std::min(c.buckets, max_queues));
   return c;
 }
 
@@ -188,23 +190,29 @@ class datagram_hash {
  public:
   datagram_hash() : datagram_hash(hotpath::hash_key::random()) {}
   // buckets: the table's (rounded up to a power of two, as the table rounds it); queues:
-  // at least 1, at most buckets (clamped).
+  // at least 1, at most buckets and max_queues (clamped).
   explicit datagram_hash(hotpath::hash_key k, std::size_t buckets = 1, std::size_t queues = 1)
       : key_(k),
         buckets_(std::bit_ceil(std::max<std::size_t>(buckets, 1))),
-        queues_(std::clamp<std::size_t>(queues, 1, buckets_)) {}
+        queues_(std::clamp<std::size_t>(queues, 1, std::min(buckets_, max_queues))) {
+    // The ranges' bounds, computed once: with two divisions per packet instead, the
+    // ranges measured no gain (6 rounds far apart; 1.55x against 1.42x without them).
+    for (std::size_t q = 0; q <= queues_; ++q)
+      bounds_[q] = static_cast<std::uint32_t>(q * buckets_ / queues_);
+  }
   std::uint64_t operator()(const datagram_key& k) const noexcept {
     const std::uint64_t h = hotpath::siphash13(key_, &k, k.hashed_size());
     if (queues_ == 1) return h;
     const std::size_t q = pick_queue(address_hash(k.addr, k.family == 6), queues_);
-    const std::size_t lo = q * buckets_ / queues_, hi = (q + 1) * buckets_ / queues_;
-    return (h & ~std::uint64_t{buckets_ - 1}) | (lo + pick_queue(h, hi - lo));
+    const std::size_t lo = bounds_[q];
+    return (h & ~std::uint64_t{buckets_ - 1}) | (lo + pick_queue(h, bounds_[q + 1] - lo));
   }
 
  private:
   hotpath::hash_key key_;
   std::size_t buckets_;
   std::size_t queues_;
+  std::array<std::uint32_t, max_queues + 1> bounds_{};
 };
 
 class engine {
