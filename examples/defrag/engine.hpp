@@ -449,7 +449,7 @@ class engine {
     // samples away from the crowd. A one-host flood at 1:1 beside 300 live hosts cost
     // 27-39 of 18,000 legit datagrams at 1 and 2 queues, 46-67 at 3 and 4, 233-282 at 8;
     // with 16 samples, 0-2 at every count. 16 samples make a flood of random keys
-    // 1.2-1.35x as dear, so only above 2 queues.
+    // 1.2-1.7x as dear, so only above 2 queues.
     if (c.queues > 2) o.eviction_samples = 16;
     o.eviction_probes = static_cast<unsigned>(
         std::min<std::size_t>(8 * o.eviction_samples * c.queues, std::size_t{1} << 20));
