@@ -451,8 +451,8 @@ class engine {
     // with 16 samples, 0-2 at every count. 16 samples make a flood of random keys
     // 1.2-1.7x as dear, so only above 2 queues.
     if (c.queues > 2) o.eviction_samples = 16;
-    o.eviction_probes = static_cast<unsigned>(
-        std::min<std::size_t>(8 * o.eviction_samples * c.queues, std::size_t{1} << 20));
+    // At most 8 x 16 x max_queues; the table lowers it to 8 per bucket.
+    o.eviction_probes = 8 * o.eviction_samples * static_cast<unsigned>(c.queues);
     return o;
   }
   static counter drop_counter(why w) noexcept {

@@ -308,9 +308,10 @@ class bucket_table {
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     if (opt_.eviction_probes == 0) opt_.eviction_probes = 8 * opt_.eviction_samples;
     // At least k; at most 8 per bucket (a table holding only the protected entry is
-    // probed that often per attempt).
-    opt_.eviction_probes = static_cast<unsigned>(
-        std::clamp<std::size_t>(opt_.eviction_probes, opt_.eviction_samples, 8 * (mask_ + 1)));
+    // probed that often per attempt). (Not std::clamp: 8 per bucket of a one-bucket
+    // table is below a k above 8.)
+    opt_.eviction_probes = static_cast<unsigned>(std::max<std::size_t>(
+        std::min<std::size_t>(opt_.eviction_probes, 8 * (mask_ + 1)), opt_.eviction_samples));
     HOTPATH_ASSERT(opt_.budget >= 0, "bucket_table: negative budget");
     std::int64_t batch = opt_.charge_batch;
     if (batch <= 0)
