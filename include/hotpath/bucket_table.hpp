@@ -88,7 +88,10 @@
 // (with charge_batch more for later charges), else it gathers every cpu's reserve
 // and takes the rest from the pool (if that falls short, what it gathered goes to the
 // pool, where a charger gathering at the same time finds it: of two racing for room
-// for one, one wins); only then does it evict. An uncharge puts the bytes back in its
+// for one, one wins); only then does it evict. What its evictions free stays in its
+// hands until it has its delta (else another charger's gather could take it first, and
+// the evicter, out of attempts, refuse: under a flood at two threads that refused a
+// legit fragment now and then). An uncharge puts the bytes back in its
 // cpu's reserve, and a reserve above 2 x charge_batch returns the excess to the pool.
 // Every move is an atomic read-modify-write that takes from a place before adding to
 // another, and no place goes below zero, so the bytes held by linked entries never
@@ -480,8 +483,10 @@ class bucket_table {
 
   // Holding b's lock: unlinks every entry whose deadline has come (except keep),
   // uncharges it and puts it on rl; makes b's hints exact. Returns the least recently
-  // touched entry left other than keep (null if none).
-  node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl) noexcept {
+  // touched entry left other than keep (null if none). With freed, the bytes go into
+  // the caller's hands instead (an eviction's: try_charge()).
+  node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
+                     std::int64_t* freed = nullptr) noexcept {
     node* prev = nullptr;
     node* lru = nullptr;
     std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
@@ -490,7 +495,7 @@ class bucket_table {
       node* next = n->next;
       if (n != keep && n->deadline <= now) {
         unlink(b, prev, n);
-        uncharge(n);
+        uncharge(n, freed);
         reclaim_lists::push(rl.expired, n);
       } else {
         prev = n;
@@ -504,8 +509,11 @@ class bucket_table {
     return lru;
   }
 
-  void uncharge(node* n) noexcept {
-    give_back(n->charged);
+  void uncharge(node* n, std::int64_t* freed = nullptr) noexcept {
+    if (freed)
+      *freed += n->charged;
+    else
+      give_back(n->charged);
     count_.dec();
   }
 
@@ -585,10 +593,24 @@ class bucket_table {
       return true;
     }
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
+    std::int64_t freed = 0;  // by this charge's evictions: in its hands, no one else's
     for (unsigned attempt = 0;; ++attempt) {
-      if (take(delta)) return true;
-      if (attempt == opt_.eviction_attempts) return false;
-      evict(held, protect, now, rl);
+      if (freed >= delta) {
+        give_back(freed - delta);
+        return true;
+      }
+      if (take(delta - freed)) return true;
+      if (attempt == opt_.eviction_attempts) {
+        give_back(freed);
+        return false;
+      }
+      evict(held, protect, now, rl, freed);
+#if defined(HOTPATH_MUTANT_BUCKET_EVICT_GIVES_BACK)
+      // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a
+      // reserve, where another charger may gather it before this one takes it.
+      give_back(freed);
+      freed = 0;
+#endif
     }
   }
 
@@ -699,8 +721,9 @@ class bucket_table {
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
   // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
   // depends on the data, which clang's thread-safety analysis cannot follow.)
-  void evict(bucket* held, node* protect, std::int64_t now,
-             reclaim_lists& rl) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
+  // What it removes, it adds to freed (the caller's hands).
+  void evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl,
+             std::int64_t& freed_bytes) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
     struct sample {
       bucket* b;
       std::int64_t oldest;  // its hints when sampled
@@ -773,7 +796,7 @@ class bucket_table {
       }
 #endif
       node* before = rl.expired;
-      node* oldest = expire_chain(b, now, protect, rl);
+      node* oldest = expire_chain(b, now, protect, rl, &freed_bytes);
       freed |= rl.expired != before;
       if (oldest && (!best || oldest->last_used < best->last_used)) {
         if (best_b && best_b != held) best_b->lock.unlock();
@@ -788,7 +811,7 @@ class bucket_table {
       for (node* n = best_b->head.load(std::memory_order_relaxed); n != best; n = n->next)
         prev = n;
       unlink(*best_b, prev, best);
-      uncharge(best);
+      uncharge(best, &freed_bytes);
       reclaim_lists::push(rl.evicted, best);
       rehint(*best_b);  // its chain is in cache; exact hints spare a later walk here
     }
