@@ -429,34 +429,6 @@ class handoff_ring {
   alignas(64) std::uint32_t slots_[capacity];
 };
 
-// A worker's own steered packets, first in first out (grows when steering runs far
-// ahead, which it does only while waiting for another worker).
-class index_fifo {
- public:
-  bool empty() const noexcept { return head_ == tail_; }
-  // The index k places behind the front (0: the front), if there is one.
-  bool peek(std::size_t k, std::uint32_t& i) const noexcept {
-    if (tail_ - head_ <= k) return false;
-    i = v_[(head_ + k) & (v_.size() - 1)];
-    return true;
-  }
-  std::uint32_t front() const noexcept { return v_[head_ & (v_.size() - 1)]; }
-  void pop() noexcept { ++head_; }
-  void push(std::uint32_t i) {
-    if (tail_ - head_ == v_.size()) {
-      std::vector<std::uint32_t> w(v_.size() * 2);
-      for (std::size_t k = head_; k != tail_; ++k)
-        w[k & (w.size() - 1)] = v_[k & (v_.size() - 1)];
-      v_.swap(w);
-    }
-    v_[tail_++ & (v_.size() - 1)] = i;
-  }
-
- private:
-  std::vector<std::uint32_t> v_ = std::vector<std::uint32_t>(1024);  // a power of two
-  std::size_t head_ = 0, tail_ = 0;
-};
-
 struct alignas(64) worker_slot {
   // What the other workers read (pace(), settled()), on a line of its own: the
   // counters below change per packet and would drag it back and forth between cores.
@@ -633,106 +605,129 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   }
 
   // Steering, in two steps that keep capture order. Each worker steers the packets
-  // RSS gave it, some way ahead: its own into `local`, the others' into a ring to their
-  // owner. It processes the packets it owns, its own and those handed to it, in capture
-  // order: the next one only once every other worker has steered past it, so that
-  // nothing before it can still come (`received`). Handing off as it goes and taking
-  // handoffs when they came, an owner could take a first fragment after a later
-  // fragment of its datagram, and Linux judges overlaps by arrival order: a fragment
-  // lying inside an earlier one is a duplicate, the earlier one arriving second is an
-  // overlap that kills the datagram.
-  index_fifo local;                                   // steered to this worker, not yet processed
+  // RSS gave it, some way ahead: it reads the header of each one RSS hashed with its
+  // ports and hands those that another worker owns to it, through a ring; the rest are
+  // its own, left where they lie in its queue. It processes the packets it owns, its own
+  // and those handed to it, in capture order: the next one only once every other worker
+  // has steered past it, so that nothing before it can still come (`received`). Handing
+  // off as it went and taking handoffs when they came, an owner could take a first
+  // fragment after a later fragment of its datagram, and Linux judges overlaps by
+  // arrival order: a fragment lying inside an earlier one is a duplicate, the earlier one
+  // arriving second is an overlap that kills the datagram.
+  // Its own packets are taken in runs: every one below the next handed-off packet and
+  // below every other worker's `received` (as last loaded) goes without another check,
+  // as without steering. (Queued into a list of its own and checked one by one, two
+  // workers spent a sixth of their time on the bookkeeping.)
+  std::vector<std::uint8_t> gone(mine.size());        // 1: handed off to its owner
   std::size_t r = 0;                                  // mine[r]: the next packet to steer
+  std::size_t p = 0;                                  // mine[p]: the next one to process, if own
   std::size_t at = 0;                                 // the capture index processed last
   const std::vector<std::uint8_t>& l4 = s.rx.l4[me];  // beside mine
   // Steers up to `budget` packets (fewer if a ring is full), then publishes.
   auto steer = [&](std::size_t budget) {
-    std::size_t k = 0;
-    for (; k < budget && r < mine.size(); ++k, ++r) {
+    const std::size_t from = r, end = std::min(mine.size(), r + budget);
+    for (; r < end; ++r) {
       // Only a packet RSS hashed with its ports can belong to another worker; only
-      // its header is read (prefetched as above, but a burst ahead: steering a packet
-      // takes a few nanoseconds, not the hundred that processing one does).
+      // its header is read (prefetched as when processing, but a burst ahead: steering
+      // a packet takes a few nanoseconds, not the hundred that processing one does).
       if (r + 4 * steer_burst < mine.size() && l4[r + 4 * steer_burst]) {
         __builtin_prefetch(&s.cap.packets[mine[r + 4 * steer_burst]]);
         __builtin_prefetch(&s.rx.at[mine[r + 4 * steer_burst]]);
       }
       if (r + steer_burst < mine.size() && l4[r + steer_burst]) prefetch(mine[r + steer_burst]);
+      if (!l4[r]) continue;
       const std::uint32_t i = mine[r];
-      std::size_t owner = me;
-      if (l4[r]) {
-        if (const auto h = steer_hash(s.rx.ip(s.cap, i))) owner = pick(*h, workers);
-      }
-      if (owner == me) {
-        local.push(i);
-      } else if (s.ring(me, owner).push(i)) {
-        ++slot.handed_off;
-      } else {
-        break;  // full: its owner is behind; try again later
-      }
+      const auto h = steer_hash(s.rx.ip(s.cap, i));
+      const std::size_t owner = h ? pick(*h, workers) : me;
+      if (owner == me) continue;
+      if (!s.ring(me, owner).push(i)) break;  // full: its owner is behind; try again later
+      gone[r] = 1;
+      ++slot.handed_off;
     }
+    if (r == from) return std::size_t{0};
     for (std::size_t w = 0; w < workers; ++w)
       if (w != me) s.ring(me, w).publish();
     // Release pairs with the acquire in reload(): the handoffs below it are published.
     slot.received.store(r < mine.size() ? mine[r] : done, std::memory_order_release);
-    return k;
+    return r - from;
   };
   std::vector<std::size_t> known(workers, 0);  // the others' `received`, as last loaded
-  // Whether every worker, this one included, had steered everything before capture
-  // index x (the others as last loaded: only a look at the rings after that load can
-  // tell the first packet). Without this worker's own cursor, a packet handed to it
-  // could go before one of its own it had yet to steer (review: an owner idle for
-  // more than steer_ahead indices took a first fragment before its own inner one).
-  auto settled = [&](std::uint32_t x) {
-    if (r < mine.size() && mine[r] <= x) return false;
-    for (std::size_t w = 0; w < workers; ++w)
-      if (w != me && known[w] <= x) return false;
-    return true;
-  };
+  std::size_t horizon = 0;                     // their least
   auto reload = [&] {
+    horizon = done;
     for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) known[w] = s.slots[w].received.load(std::memory_order_acquire);
+      if (w != me) {
+        known[w] = s.slots[w].received.load(std::memory_order_acquire);
+        horizon = std::min(horizon, known[w]);
+      }
   };
   constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
-  // The first in capture order of what this worker owns and has (`from`: whose).
-  auto first = [&](std::size_t& from) {
-    std::uint32_t x = local.empty() ? none : local.front();
-    from = me;
+  // The first in capture order of the packets handed to this worker (`from`: whose).
+  auto first_handed = [&](std::size_t& from) {
+    std::uint32_t x = none;
     for (std::size_t w = 0; w < workers; ++w) {
       std::uint32_t v;
       if (w != me && s.ring(w, me).peek(v, prefetch) && v < x) x = v, from = w;
     }
     return x;
   };
+  // Skips what was handed off. Then mine[p] is this worker's next own packet if p < r;
+  // if p == r, it is not steered yet, and may be another worker's, but nothing of this
+  // worker's own comes before it (so no packet handed to it after it may go first).
+  auto next_own = [&] {
+    while (p < r && gone[p])
+      ++p;
+    return p < mine.size() ? mine[p] : none;
+  };
   auto meanwhile = [&] { steer(steer_burst); };
+  std::size_t ahead_at = 0;  // own packets' headers prefetched up to mine[ahead_at]
+  unsigned ahead = 0;        // after mine[p]
   for (int round = 0;;) {
-    if (r < mine.size() && mine[r] < at + steer_ahead) steer(steer_burst);
-    std::size_t from;
-    std::uint32_t x = first(from);
-    if (x != none && !settled(x)) {
+    if (r < mine.size() && (r == p || mine[r] < at + steer_ahead)) steer(steer_burst);
+    std::size_t from = me;
+    std::uint32_t y = first_handed(from);
+    std::uint32_t own = next_own();
+    std::uint32_t x = std::min(y, own);
+    if (x != none && x >= horizon) {
       reload();
-      x = first(from);  // after the load: what was handed off before it shows
+      y = first_handed(from);  // after the load: what was handed off before it shows
+      x = std::min(y, own);
     }
-    if (x != none && settled(x)) {
-      if (from == me) {
-        local.pop();
-        // As without steering: the record and where the packet lies, then its headers.
-        std::uint32_t a;
-        if (local.peek(4 * prefetch_ahead - 1, a)) {
-          __builtin_prefetch(&s.cap.packets[a]);
-          __builtin_prefetch(&s.rx.at[a]);
-        }
-        if (local.peek(prefetch_ahead - 1, a)) prefetch(a);
-      } else
-        s.ring(from, me).pop(prefetch);
+    if (x != none && x < horizon && (x == y || p < r)) {
       at = x;
-      maybe_pace(x, meanwhile);
-      process(x);
+      if (x == y) {
+        s.ring(from, me).pop(prefetch);
+        maybe_pace(x, meanwhile);
+        process(x);
+      } else {
+        // A run of its own packets, below the next handed-off one and the horizon.
+        const std::size_t limit = std::min<std::size_t>(y, horizon);
+        do {
+          // As without steering: the record and where the packet lies, then its headers.
+          if (p + 4 * prefetch_ahead < r) {
+            __builtin_prefetch(&s.cap.packets[mine[p + 4 * prefetch_ahead]]);
+            __builtin_prefetch(&s.rx.at[mine[p + 4 * prefetch_ahead]]);
+          }
+          // Headers: of its own packets only (under a flood, half of them are handed off).
+          if (ahead_at <= p) ahead_at = p + 1, ahead = 0;
+          for (; ahead_at < r && ahead < prefetch_ahead; ++ahead_at)
+            if (!gone[ahead_at]) prefetch(mine[ahead_at]), ++ahead;
+          const std::uint32_t i = mine[p++];
+          at = i;
+          maybe_pace(i, meanwhile);
+          process(i);
+          // Steering keeps its lead, or the others would wait for it at the run's end.
+          if (r < mine.size() && mine[r] < at + steer_ahead) steer(steer_burst);
+          own = next_own();
+          if (p < ahead_at && ahead > 0) --ahead;  // mine[p] was one of them
+        } while (p < r && own < limit);
+      }
       round = 0;
       continue;
     }
     if (x == none && r == mine.size()) {
       reload();
-      if (settled(none - 1) && first(from) == none) {  // all steered, all taken
+      if (horizon == done && first_handed(from) == none) {  // all steered, all taken
         // Ours too: with nothing to steer, this worker may never have said so (the
         // others could finish steering before it started, and waited for it forever).
         slot.received.store(done, std::memory_order_release);
@@ -749,11 +744,10 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     // packets to, which then never drained its full ring: review, 10000 datagrams
     // between two hosts at 2-4 workers.)
     reload();
-    x = first(from);  // after the load, as above: a packet handed off below known[w] shows
+    x = std::min(first_handed(from), next_own());  // after the load, as above
     std::size_t bound = x == none ? done : x;
     if (r < mine.size()) bound = std::min<std::size_t>(bound, mine[r]);
-    for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) bound = std::min(bound, known[w]);
+    bound = std::min(bound, horizon);
     if (bound != done && bound > slot.position.load(std::memory_order_relaxed))
       slot.position.store(bound, std::memory_order_relaxed);  // pacing only, see pace()
     back_off(round++);
