@@ -644,6 +644,25 @@ TEST(DefragOrder, WorkersOwningNothingDoNotStallTheOwner) {
   }
 }
 
+// A worker that RSS gives no packet at all must still say that it has steered them all:
+// the owner, here that worker, takes the first fragment handed to it and then waits in
+// pace() for the other, which waits for that word before it takes anything. (Review: a
+// worker whose steering never moved kept its `received` at 0, and both waited forever.)
+TEST(DefragOrder, AWorkerGivenNoPacketHoldsNoOneBack) {
+  two_hosts h;
+  const std::size_t owner = h.owner();
+  h.unfragmented_for(1 - owner, 300);
+  const bytes u = h.datagram_for(1 - owner, 0x4000, bytes(2000 - 8, 5));
+  defrag::synthetic::detail::emit_fragment(h.cap, h.ts += 1000, h.a, 0x4000,
+                                           std::span(u).first(1480), 0, true);
+  defrag::driver::run_options o;
+  o.threads = 2;
+  auto r = defrag::driver::run(h.cap, o);  // hangs (the test times out) if it holds them back
+  EXPECT_EQ(r.first[counter::passthrough], 300);
+  EXPECT_EQ(r.handed_off, 1);
+  EXPECT_EQ(r.pending_at_end, 1);
+}
+
 // A worker that cannot be started (no memory left for its stack): run() throws the
 // error after the workers already started have left. They used to wait at the start
 // barrier for the missing one, and the joinable threads ended the process

@@ -430,7 +430,7 @@ class handoff_ring {
 };
 
 struct alignas(64) worker_slot {
-  // What the other workers read (pace(), settled()), on a line of its own: the
+  // What the other workers read (pace(), reload()), on a line of its own: the
   // counters below change per packet and would drag it back and forth between cores.
   std::atomic<std::size_t> position{0};  // capture index of the next packet; done at the end
   // Steering: every packet this worker received below this capture index went to its
@@ -623,7 +623,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   std::size_t p = 0;                                  // mine[p]: the next one to process, if own
   std::size_t at = 0;                                 // the capture index processed last
   const std::vector<std::uint8_t>& l4 = s.rx.l4[me];  // beside mine
-  // Steers up to `budget` packets (fewer if a ring is full), then publishes.
+  // Steers up to `budget` packets (fewer if a ring is full), then publishes, if it
+  // steered any.
   auto steer = [&](std::size_t budget) {
     const std::size_t from = r, end = std::min(mine.size(), r + budget);
     for (; r < end; ++r) {
@@ -680,7 +681,11 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     return p < mine.size() ? mine[p] : none;
   };
   auto meanwhile = [&] { steer(steer_burst); };
-  std::size_t ahead_at = 0;  // own packets' headers prefetched up to mine[ahead_at]
+  // Given no packet, it has steered them all: steer() never moves, so say it here. (The
+  // others wait for it before they take anything: review, a worker given nothing and
+  // owning a handed-off packet, the other waiting for it in pace().)
+  if (mine.empty()) slot.received.store(done, std::memory_order_release);
+  std::size_t ahead_at = 0;  // own packets' headers prefetched before mine[ahead_at]
   unsigned ahead = 0;        // after mine[p]
   for (int round = 0;;) {
     if (r < mine.size() && (r == p || mine[r] < at + steer_ahead)) steer(steer_burst);
@@ -727,12 +732,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     }
     if (x == none && r == mine.size()) {
       reload();
-      if (horizon == done && first_handed(from) == none) {  // all steered, all taken
-        // Ours too: with nothing to steer, this worker may never have said so (the
-        // others could finish steering before it started, and waited for it forever).
-        slot.received.store(done, std::memory_order_release);
-        break;
-      }
+      // All steered (ours said so by the steer() that reached the end, or at the
+      // start), all taken.
+      if (horizon == done && first_handed(from) == none) break;
     }
     // Blocked: what comes first may still be steered by another worker (which may wait
     // for ours), or there is nothing yet.
