@@ -547,7 +547,13 @@ template <bool Keep>
 void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   worker_slot& slot = s.slots[me];
   const std::size_t workers = s.slots.size();
+  [[maybe_unused]] std::size_t next = 0;  // least capture index this worker may take next
   auto process = [&](std::uint32_t i) {
+    // A worker takes its packets in capture order (with steering: all those it owns).
+    assert(i >= next);
+#ifndef NDEBUG
+    next = std::size_t{i} + 1;
+#endif
     const pcap_io::record& r = s.cap.packets[i];
     maybe_expire(s, r.ts_ns);
     // Datagrams come as header + pieces: the kept pass copies them once, into the
