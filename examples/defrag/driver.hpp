@@ -622,8 +622,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   // arriving second is an overlap that kills the datagram.
   // Its own packets are taken in runs: every one below the next handed-off packet and
   // below every other worker's `received` (as last loaded) goes without another check,
-  // as without steering. (Queued into a list of its own and checked one by one, two
-  // workers spent a sixth of their time on the bookkeeping.)
+  // as without steering. (Queued into a list of its own and checked one by one, the
+  // worker that never waited spent about a sixth of its time on that bookkeeping.)
   std::vector<std::uint8_t> gone(mine.size());        // 1: handed off to its owner
   std::size_t r = 0;                                  // mine[r]: the next packet to steer
   std::size_t p = 0;                                  // mine[p]: the next one to process, if own

@@ -91,8 +91,10 @@
 // for one, one wins); only then does it evict. What its evictions free stays in its
 // hands until it has its delta (else another charger's gather could take it first, and
 // the evicter, out of attempts, refuse: under a flood at two threads that refused a
-// legit fragment now and then). An uncharge puts the bytes back in its
-// cpu's reserve, and a reserve above 2 x charge_batch returns the excess to the pool.
+// legit fragment now and then; the price: two chargers each short of two victims'
+// worth may now both be refused, where one gathered both). An uncharge puts the
+// bytes back in its cpu's reserve, and a reserve above 2 x charge_batch returns the
+// excess to the pool.
 // Every move is an atomic read-modify-write that takes from a place before adding to
 // another, and no place goes below zero, so the bytes held by linked entries never
 // exceed the budget, at any instant and any thread count; relaxed order suffices,
@@ -595,6 +597,13 @@ class bucket_table {
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     std::int64_t freed = 0;  // by this charge's evictions: in its hands, no one else's
     for (unsigned attempt = 0;; ++attempt) {
+#if defined(HOTPATH_MUTANT_BUCKET_EVICT_DROPS_FREED)
+      // Mutant (tests/schedule/bucket_table.cpp): what evictions freed beyond the delta,
+      // or before a refusal, is never given back.
+      if (freed >= delta) return true;
+      if (take(delta - freed)) return true;
+      if (attempt == opt_.eviction_attempts) return false;
+#else
       if (freed >= delta) {
         give_back(freed - delta);
         return true;
@@ -604,6 +613,7 @@ class bucket_table {
         give_back(freed);
         return false;
       }
+#endif
       evict(held, protect, now, rl, freed);
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_GIVES_BACK)
       // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a

@@ -334,6 +334,35 @@ HOTPATH_PROPERTY(evict_keeps_its_room, {}) {
   check(sum == t.size() * entry_charge && t.charged() == sum, "no byte made or lost");
 }
 
+// Charges that one victim does not match: four entries fill the budget, and two threads
+// each create one (an eviction frees its room), then charge it two entries' worth more
+// with one eviction allowed (it frees half: refused, unless the other's refusal left
+// room, and what it freed goes back), then a quarter of an entry (an eviction frees
+// four times that: the rest goes back). Every byte an eviction freed ends in an entry
+// or back in the budget: the entries' charges sum to charged(), within the budget.
+HOTPATH_PROPERTY(evict_for_more_or_less, {}) {
+  auto o = room_for_two(1);
+  o.buckets = 8;
+  o.budget = 4 * entry_charge;
+  table_type t(o);
+  for (int k = 1; k <= 4; ++k)
+    check(::create(t, k), "four entries fill the budget");
+  run(2, [&](unsigned id) {
+    const int k = static_cast<int>(id) + 4;
+    (void)t.find_or_create(
+        k, 0,
+        [](table_type::entry& e) {
+          (void)e.charge(2 * entry_charge);
+          (void)e.charge(entry_charge / 4);
+        },
+        k);
+  });
+  std::int64_t sum = 0;
+  t.for_each([&](table_type::entry_view& v) { sum += v.charged(); });
+  check(sum <= o.budget, "the entries' charges stay within the budget");
+  check(t.charged() == sum, "no byte made or lost");
+}
+
 // Three threads create two keys each (in four buckets, so eviction samples others'
 // buckets while they are visited), charge a little more, and look up another
 // thread's keys; the budget holds about three entries, so creations evict or refuse;
