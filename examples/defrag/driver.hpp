@@ -658,15 +658,11 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     slot.received.store(r < mine.size() ? mine[r] : done, std::memory_order_release);
     return r - from;
   };
-  std::vector<std::size_t> known(workers, 0);  // the others' `received`, as last loaded
-  std::size_t horizon = 0;                     // their least
+  std::size_t horizon = 0;  // the least of the others' `received`, as last loaded
   auto reload = [&] {
     horizon = done;
     for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) {
-        known[w] = s.slots[w].received.load(std::memory_order_acquire);
-        horizon = std::min(horizon, known[w]);
-      }
+      if (w != me) horizon = std::min(horizon, s.slots[w].received.load(std::memory_order_acquire));
   };
   constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
   // The first in capture order of the packets handed to this worker (`from`: whose).
@@ -705,8 +701,8 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
       x = std::min(y, own);
     }
     if (x != none && x < horizon && (x == y || p < r)) {
-      at = x;
       if (x == y) {
+        at = x;
         s.ring(from, me).pop(prefetch);
         maybe_pace(x, meanwhile);
         process(x);
@@ -752,10 +748,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     // packets to, which then never drained its full ring: review, 10000 datagrams
     // between two hosts at 2-4 workers.)
     reload();
+    // (next_own() is mine[r] when everything steered is taken.)
     x = std::min(first_handed(from), next_own());  // after the load, as above
-    std::size_t bound = x == none ? done : x;
-    if (r < mine.size()) bound = std::min<std::size_t>(bound, mine[r]);
-    bound = std::min(bound, horizon);
+    const std::size_t bound = std::min<std::size_t>(x == none ? done : x, horizon);
     if (bound != done && bound > slot.position.load(std::memory_order_relaxed))
       slot.position.store(bound, std::memory_order_relaxed);  // pacing only, see pace()
     back_off(round++);
