@@ -301,6 +301,39 @@ TEST(BucketTable, ChargesFillTheBudgetExactlyOnWhateverCpuTheyRun) {
   chosen_cpu_policy::cpu = 0;
 }
 
+// Another thread's spare bytes are gathered only before a refusal: a charge that may
+// evict takes the reserves this thread filled and evicts (at a full table, gathering
+// the others moved a line between cpus at every charge; header, try_charge()). Another
+// thread fills half the budget on cpu 0, leaving spare bytes there; this thread's last
+// charge on cpu 1 then evicts, and with no eviction allowed it gathers them.
+TEST(BucketTable, ChargesEvictBeforeTakingAnotherThreadsSpareBytes) {
+  if (possible_cpus() < 2) GTEST_SKIP() << "needs two per-cpu slots";
+  using cpu_table =
+      bucket_table<flow_key, tracked, keyed_hash<flow_key>, queued_lock, chosen_cpu_policy>;
+  for (unsigned attempts : {4u, 0u}) {
+    SCOPED_TRACE(attempts);
+    std::int64_t evicted = 0;
+    bucket_table_options o = small_options(16, 1000);  // 10 entries of 100, batch 64
+    o.eviction_attempts = attempts;
+    cpu_table t(o, {.on_evict = [&](auto&) { ++evicted; }});
+    chosen_cpu_policy::cpu = 0;
+    std::thread([&] {
+      for (std::uint32_t i = 0; i < 5; ++i)
+        EXPECT_TRUE(t.find_or_create(
+            key_of(i), i, [](auto&) {}, i));
+    }).join();
+    chosen_cpu_policy::cpu = 1;
+    for (std::uint32_t i = 5; i < 10; ++i)
+      ASSERT_TRUE(t.find_or_create(
+          key_of(i), i, [](auto&) {}, i));
+    // 10 entries fill the budget only with cpu 0's spare bytes.
+    EXPECT_EQ(evicted, attempts == 0 ? 0 : 1);
+    EXPECT_EQ(held_bytes(t), attempts == 0 ? 1000 : 900);
+    EXPECT_EQ(t.charged(), held_bytes(t));
+    chosen_cpu_policy::cpu = 0;
+  }
+}
+
 // An eviction probes at most eviction_probes buckets for its eviction_samples non-empty
 // ones, and takes the oldest entry of what it found. Where the entries crowd into a few
 // buckets (a hash that gives callers shares of the table), probes that miss the crowd

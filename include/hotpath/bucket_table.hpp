@@ -85,10 +85,14 @@
 // Budget bound: exact. The budget's bytes are conserved between four places: a
 // shared pool, one reserve per cpu, the entries' charges and the hands of a thread
 // moving them. A charge takes its delta from its cpu's reserve, else from the pool
-// (with charge_batch more for later charges), else it gathers every cpu's reserve
-// and takes the rest from the pool (if that falls short, what it gathered goes to the
-// pool, where a charger gathering at the same time finds it: of two racing for room
-// for one, one wins); only then does it evict. What its evictions free stays in its
+// (with charge_batch more for later charges), else from both, else it gathers the
+// reserves this thread filled last (on cpus it ran on before) and takes the rest from
+// the pool; only then does it evict. Every cpu's reserve is gathered only before a
+// refusal (out of attempts, or after an eviction that found nothing): at a full table
+// each thread's gathers took what another had just put on its own cpu, a line moved
+// between cores at every charge. (If a gather falls short, what it gathered goes to
+// the pool, where a charger gathering at the same time finds it: of two racing for
+// room for one, one wins.) What its evictions free stays in its
 // hands until it has its delta (else another charger's gather could take it first, and
 // the evicter, out of attempts, refuse: under a flood at two threads that refused a
 // legit fragment now and then; the price: two chargers each short of two victims'
@@ -102,8 +106,11 @@
 // percpu_counter_compare() bound, which an earlier version used, let each thread
 // folding a batch at that instant add up to one batch.) The price: a charge may evict
 // while room exists that it did not see, bytes in another thread's hands or given
-// back to a reserve after its gather passed it (the gather is not a snapshot); the
-// next charge finds them. charged() is the budget less the pool and the reserves:
+// back to a reserve after its gather passed it (the gather is not a snapshot), or
+// another thread's spare bytes on its cpu (at most 2 x charge_batch a cpu); the next
+// charges find them. One thread alone fills the budget exactly wherever it runs, so
+// what it evicts does not depend on the cpus it ran on. charged() is the budget less
+// the pool and the reserves:
 // exact when no charge runs; while charges move bytes, it can read high (never above
 // the budget) or low (even negative).
 //
@@ -596,25 +603,36 @@ class bucket_table {
     }
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     std::int64_t freed = 0;  // by this charge's evictions: in its hands, no one else's
+    // Before an eviction: what is near and the reserves this thread filled; every
+    // cpu's reserve only before a refusal, or after an eviction that found nothing
+    // (header, "Budget bound": gathering the others moved a line at every charge).
+#if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
+    // Mutant (tests/bucket_table_test.cpp): every reserve is gathered before evicting.
+    bool gather = true;
+#else
+    bool gather = opt_.eviction_attempts == 0;
+#endif
     for (unsigned attempt = 0;; ++attempt) {
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_DROPS_FREED)
       // Mutant (tests/schedule/bucket_table.cpp): what evictions freed beyond the delta,
       // or before a refusal, is never given back.
       if (freed >= delta) return true;
-      if (take(delta - freed)) return true;
+      if (take(delta - freed, gather)) return true;
       if (attempt == opt_.eviction_attempts) return false;
 #else
       if (freed >= delta) {
         give_back(freed - delta);
         return true;
       }
-      if (take(delta - freed)) return true;
+      if (take(delta - freed, gather)) return true;
       if (attempt == opt_.eviction_attempts) {
         give_back(freed);
         return false;
       }
 #endif
+      const std::int64_t before = freed;
       evict(held, protect, now, rl, freed);
+      gather = freed == before || attempt + 1 == opt_.eviction_attempts;
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_GIVES_BACK)
       // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a
       // reserve, where another charger may gather it before this one takes it.
@@ -628,20 +646,35 @@ class bucket_table {
   // only that each word's read-modify-writes take from what the word holds.
   struct reserve {
     atomic<std::int64_t> bytes{0};
+    // The thread that last put bytes here (thread_tag()): a hint, read by gathers. On
+    // a line of its own, written only when the depositor changes: other cpus read it
+    // at every charge of a full table, and beside `bytes` each read would take the line
+    // the owning cpu writes at each of its charges.
+    alignas(cache_line_size) atomic<std::uintptr_t> depositor{0};
   };
+  // This thread's tag: the address of a thread_local, distinct among running threads.
+  // (A copy of this header in each of two shared objects gives a thread two tags; a
+  // tag is only a hint, see try_charge().)
+  static std::uintptr_t thread_tag() noexcept {
+    thread_local char anchor;
+    return reinterpret_cast<std::uintptr_t>(&anchor);
+  }
   static unsigned cpu() noexcept {
     if constexpr (requires { Policy::current_cpu(); })
       return Policy::current_cpu();
     else
       return current_cpu();
   }
+  reserve& local() noexcept {
+    return reserves_[reserves_.index(cpu())];
+  }
   atomic<std::int64_t>& local_reserve() noexcept {
-    return reserves_[reserves_.index(cpu())].bytes;
+    return local().bytes;
   }
 
-  // Takes d > 0 bytes of the budget; false if the pool and every reserve together
-  // lack them (as far as this thread saw).
-  bool take(std::int64_t d) noexcept {
+  // Takes d > 0 bytes of the budget from what is near: this cpu's reserve, else the
+  // pool (with a batch more), else both. No other cpu's line is written.
+  bool take_near(std::int64_t d) noexcept {
     atomic<std::int64_t>& mine = local_reserve();
     std::int64_t x = mine.load(std::memory_order_relaxed);
 #if defined(HOTPATH_MUTANT_BUCKET_CHECK_THEN_RESERVE)
@@ -656,13 +689,35 @@ class bucket_table {
       if (mine.compare_exchange_weak(x, x - d, std::memory_order_relaxed)) return true;
 #endif
     if (take_shared(d, opt_.charge_batch)) return true;
-    // Near the budget: gather the spare bytes of every cpu (ours too: this thread may
-    // have left some on a cpu it ran on before) before anything is evicted.
+    // Short in each, perhaps not in both: what the reserve holds and the rest from the
+    // pool, else the reserve's bytes go back.
+    const std::int64_t got = x > 0 ? mine.exchange(0, std::memory_order_relaxed) : 0;
+    if (got >= d) {
+      give_back(got - d);
+      return true;
+    }
+    if (take_shared(d - got, 0)) return true;
+    give_back(got);
+    return false;
+  }
+  // take_near(), else gathers the spare bytes of every cpu (ours too: this thread may
+  // have left some on a cpu it ran on before), or with `all` false only of those this
+  // thread put there last; false if the pool and those reserves together lack them (as
+  // far as this thread saw).
+  bool take(std::int64_t d, bool all = true) noexcept {
+    if (take_near(d)) return true;
+    const std::uintptr_t me = thread_tag();
     std::int64_t got = 0;
     for (reserve& r : reserves_) {
+#if defined(HOTPATH_MUTANT_BUCKET_GATHER_NONE_BEFORE_EVICT)
+      // Mutant (tests/bucket_table_test.cpp): before evicting, no reserve is gathered,
+      // not even one this thread left on a cpu it ran on before.
+      if (!all) continue;
+#endif
+      if (!all && r.depositor.load(std::memory_order_relaxed) != me) continue;
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_OWN_ONLY)
       // Mutant (tests/bucket_table_test.cpp): other cpus' spare bytes are not gathered.
-      if (&r.bytes != &mine) continue;
+      if (&r.bytes != &local_reserve()) continue;
 #endif
       if (r.bytes.load(std::memory_order_relaxed) > 0)
         got += r.bytes.exchange(0, std::memory_order_relaxed);
@@ -702,7 +757,12 @@ class bucket_table {
   // goes back to the pool, down to one batch.
   void give_back(std::int64_t d) noexcept {
     if (d == 0) return;
-    atomic<std::int64_t>& mine = local_reserve();
+    reserve& r = local();
+    // Written only when the depositor changes (see reserve).
+    const std::uintptr_t me = thread_tag();
+    if (r.depositor.load(std::memory_order_relaxed) != me)
+      r.depositor.store(me, std::memory_order_relaxed);
+    atomic<std::int64_t>& mine = r.bytes;
     const std::int64_t batch = opt_.charge_batch;
     std::int64_t x = mine.load(std::memory_order_relaxed);
     std::int64_t spill = 0;
