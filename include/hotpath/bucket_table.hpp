@@ -87,10 +87,10 @@
 // moving them. A charge takes its delta from its cpu's reserve, else from the pool
 // (with charge_batch more for later charges), else from both, else it gathers the
 // reserves this thread filled last (on cpus it ran on before) and takes the rest from
-// the pool; only then does it evict. Every cpu's reserve is gathered only before a
-// refusal (out of attempts, or after an eviction that found nothing): at a full table
-// each thread's gathers took what another had just put on its own cpu, a line moved
-// between cores at every charge. (If a gather falls short, what it gathered goes to
+// the pool; only then does it evict. Every cpu's reserve is gathered only at the last
+// attempt (before a refusal), and after an eviction that found nothing: at a full
+// table each thread's gathers took what another had just put on its own cpu, a line
+// moved between cores at every charge. (If a gather falls short, what it gathered goes to
 // the pool, where a charger gathering at the same time finds it: of two racing for
 // room for one, one wins.) What its evictions free stays in its
 // hands until it has its delta (else another charger's gather could take it first, and
@@ -106,11 +106,13 @@
 // percpu_counter_compare() bound, which an earlier version used, let each thread
 // folding a batch at that instant add up to one batch.) The price: a charge may evict
 // while room exists that it did not see, bytes in another thread's hands or given
-// back to a reserve after its gather passed it (the gather is not a snapshot), or
-// another thread's spare bytes on its cpu (at most 2 x charge_batch a cpu); the next
-// charges find them. One thread alone fills the budget exactly wherever it runs, so
-// what it evicts does not depend on the cpus it ran on. charged() is the budget less
-// the pool and the reserves:
+// back to a reserve after its gather passed it (the gather is not a snapshot), the
+// next charges find them; or another thread's spare bytes on another cpu (at most
+// 2 x charge_batch a cpu), found by charges on that cpu and by last attempts, so a
+// charge of more than one victim's worth may evict several. One thread alone (the
+// only one to give bytes back) fills the budget exactly wherever it runs, so what it
+// evicts does not depend on the cpus it ran on. charged() is the budget less the pool
+// and the reserves:
 // exact when no charge runs; while charges move bytes, it can read high (never above
 // the budget) or low (even negative).
 //
@@ -604,7 +606,7 @@ class bucket_table {
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
     std::int64_t freed = 0;  // by this charge's evictions: in its hands, no one else's
     // Before an eviction: what is near and the reserves this thread filled; every
-    // cpu's reserve only before a refusal, or after an eviction that found nothing
+    // cpu's reserve only at the last attempt, and after an eviction that found nothing
     // (header, "Budget bound": gathering the others moved a line at every charge).
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
     // Mutant (tests/bucket_table_test.cpp): every reserve is gathered before evicting.
@@ -633,6 +635,9 @@ class bucket_table {
       const std::int64_t before = freed;
       evict(held, protect, now, rl, freed);
       gather = freed == before || attempt + 1 == opt_.eviction_attempts;
+#if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
+      gather = true;
+#endif
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_GIVES_BACK)
       // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a
       // reserve, where another charger may gather it before this one takes it.
@@ -652,12 +657,12 @@ class bucket_table {
     // the owning cpu writes at each of its charges.
     alignas(cache_line_size) atomic<std::uintptr_t> depositor{0};
   };
-  // This thread's tag: the address of a thread_local, distinct among running threads.
-  // (A copy of this header in each of two shared objects gives a thread two tags; a
-  // tag is only a hint, see try_charge().)
+  // This thread's tag: the address of a thread's own object (the policy's, so that a
+  // scheduler running threads as fibers gives each fiber its own), distinct among
+  // running threads. (A copy of this header in each of two shared objects gives a
+  // thread two tags; a tag is only a hint, see try_charge().)
   static std::uintptr_t thread_tag() noexcept {
-    thread_local char anchor;
-    return reinterpret_cast<std::uintptr_t>(&anchor);
+    return reinterpret_cast<std::uintptr_t>(&detail::policy_local<Policy, char>());
   }
   static unsigned cpu() noexcept {
     if constexpr (requires { Policy::current_cpu(); })
