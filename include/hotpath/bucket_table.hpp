@@ -85,15 +85,15 @@
 // Budget bound: exact. The budget's bytes are conserved between four places: a
 // shared pool, one reserve per cpu, the entries' charges and the hands of a thread
 // moving them. A charge takes its delta from its cpu's reserve, else from the pool
-// (with charge_batch more for later charges), else from both, else it gathers the
-// reserves this thread filled last (on cpus it ran on before) and takes the rest from
+// (with charge_batch more for later charges), else it gathers its cpu's reserve and
+// those this thread filled last (on cpus it ran on before) and takes the rest from
 // the pool; only then does it evict. Every cpu's reserve is gathered only at the last
 // attempt (before a refusal), and after an eviction that found nothing: at a full
 // table each thread's gathers took what another had just put on its own cpu, a line
-// moved between cores at every charge. (If a gather falls short, what it gathered goes to
-// the pool, where a charger gathering at the same time finds it: of two racing for
-// room for one, one wins.) What its evictions free stays in its
-// hands until it has its delta (else another charger's gather could take it first, and
+// moved between cores at every charge. (If a gather falls short, what it gathered
+// goes to the pool, where a charger gathering at the same time finds it: of two
+// racing for room for one, one wins.) What its evictions free stays in its hands
+// until it has its delta (else another charger's gather could take it first, and
 // the evicter, out of attempts, refuse: under a flood at two threads that refused a
 // legit fragment now and then; the price: two chargers each short of two victims'
 // worth may now both be refused, where one gathered both). An uncharge puts the
@@ -678,7 +678,7 @@ class bucket_table {
   }
 
   // Takes d > 0 bytes of the budget from what is near: this cpu's reserve, else the
-  // pool (with a batch more), else both. No other cpu's line is written.
+  // pool (with a batch more). No other cpu's line is written.
   bool take_near(std::int64_t d) noexcept {
     atomic<std::int64_t>& mine = local_reserve();
     std::int64_t x = mine.load(std::memory_order_relaxed);
@@ -693,25 +693,16 @@ class bucket_table {
     while (x >= d)
       if (mine.compare_exchange_weak(x, x - d, std::memory_order_relaxed)) return true;
 #endif
-    if (take_shared(d, opt_.charge_batch)) return true;
-    // Short in each, perhaps not in both: what the reserve holds and the rest from the
-    // pool, else the reserve's bytes go back.
-    const std::int64_t got = x > 0 ? mine.exchange(0, std::memory_order_relaxed) : 0;
-    if (got >= d) {
-      give_back(got - d);
-      return true;
-    }
-    if (take_shared(d - got, 0)) return true;
-    give_back(got);
-    return false;
+    return take_shared(d, opt_.charge_batch);
   }
   // take_near(), else gathers the spare bytes of every cpu (ours too: this thread may
-  // have left some on a cpu it ran on before), or with `all` false only of those this
-  // thread put there last; false if the pool and those reserves together lack them (as
-  // far as this thread saw).
+  // have left some on a cpu it ran on before), or with `all` false only of this cpu and
+  // of those this thread put there last; false if the pool and those reserves together
+  // lack them (as far as this thread saw).
   bool take(std::int64_t d, bool all = true) noexcept {
     if (take_near(d)) return true;
     const std::uintptr_t me = thread_tag();
+    const reserve* here = &local();
     std::int64_t got = 0;
     for (reserve& r : reserves_) {
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_NONE_BEFORE_EVICT)
@@ -719,7 +710,7 @@ class bucket_table {
       // not even one this thread left on a cpu it ran on before.
       if (!all) continue;
 #endif
-      if (!all && r.depositor.load(std::memory_order_relaxed) != me) continue;
+      if (!all && &r != here && r.depositor.load(std::memory_order_relaxed) != me) continue;
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_OWN_ONLY)
       // Mutant (tests/bucket_table_test.cpp): other cpus' spare bytes are not gathered.
       if (&r.bytes != &local_reserve()) continue;
