@@ -476,6 +476,97 @@ TEST(BucketTable, FloodOfNewKeysEvictsItsOwnOldestNotLiveEntries) {
   EXPECT_LE(live_evicted, evictions / 1000) << live_evicted << " of " << evictions;
 }
 
+// Shares (header comment, "Shares"): 64 buckets in two shares (0-31, 32-63; the
+// identity hash puts key k in bucket k), room for 20 entries of 100 bytes; a share
+// holding 750 bytes holds three quarters of its part.
+bucket_table_options two_shares() {
+  bucket_table_options o = small_options(64, 2000);
+  o.shares = 2;
+  return o;
+}
+using identity_table = bucket_table<std::uint32_t, tracked, identity_hash>;
+
+// A share holding three quarters of its part evicts its own oldest, though the other share holds
+// older entries; without shares the other's oldest goes (16 samples of the 20
+// non-empty buckets hold at least 6 - j of the other share's after j evictions).
+TEST(BucketTable, AShareHoldingItsPartEvictsWithinItself) {
+  for (std::size_t shares : {2u, 1u}) {
+    SCOPED_TRACE(shares);
+    bucket_table_options o = two_shares();
+    o.shares = shares;
+    o.eviction_samples = 16;
+    std::vector<std::uint32_t> evicted;
+    identity_table t(o, {.on_evict = [&](auto& v) { evicted.push_back(v.value().tag); }});
+    EXPECT_EQ(t.options().shares, shares);
+    std::int64_t now = 0;
+    for (std::uint32_t k = 32; k < 42; ++k)  // share 1, older
+      ASSERT_TRUE(t.find_or_create(
+          k, ++now, [](auto&) {}, k));
+    for (std::uint32_t k = 0; k < 10; ++k)  // share 0
+      ASSERT_TRUE(t.find_or_create(
+          k, ++now, [](auto&) {}, k));
+    if (shares == 2) {
+      EXPECT_EQ(t.charged_in_share(0), 1000);
+      EXPECT_EQ(t.charged_in_share(1), 1000);
+    }
+    for (std::uint32_t k = 10; k < 20; ++k)  // share 0, new: the table is full
+      ASSERT_TRUE(t.find_or_create(
+          k, ++now, [](auto&) {}, k));
+    ASSERT_EQ(evicted.size(), 10u);
+    for (std::size_t j = 0; j < (shares == 2 ? 10 : 5); ++j)
+      EXPECT_EQ(evicted[j] < 32, shares == 2) << evicted[j];
+    if (shares == 2) {
+      EXPECT_EQ(t.charged_in_share(0), 1000);
+      EXPECT_EQ(t.charged_in_share(1), 1000);
+    }
+    EXPECT_EQ(held_bytes(t), 2000);
+  }
+}
+
+// A share below three quarters of its part samples the whole table: its new entry takes the oldest
+// of what the samples find, in the other share. Its bytes count what left it (erased).
+TEST(BucketTable, AShareBelowItsPartSamplesTheWholeTable) {
+  std::vector<std::uint32_t> evicted;
+  identity_table t(two_shares(), {.on_evict = [&](auto& v) { evicted.push_back(v.value().tag); }});
+  for (std::uint32_t k = 0; k < 8; ++k)  // share 0: 800 bytes, then 400
+    ASSERT_TRUE(t.find_or_create(
+        k, 100 + k, [](auto&) {}, k));
+  for (std::uint32_t k = 4; k < 8; ++k)
+    EXPECT_TRUE(t.erase(k));
+  for (std::uint32_t k = 32; k < 48; ++k)  // share 1, older: 1600 bytes, the table full
+    ASSERT_TRUE(t.find_or_create(
+        k, k, [](auto&) {}, k));
+  EXPECT_EQ(t.charged_in_share(0), 400);
+  EXPECT_EQ(t.charged_in_share(1), 1600);
+  ASSERT_TRUE(evicted.empty());
+  ASSERT_TRUE(t.find_or_create(
+      8u, 200, [](auto&) {}, 8u));
+  // Any 8 of the 20 non-empty buckets hold at least 4 of share 1, all older.
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_GE(evicted.back(), 32u);
+  EXPECT_EQ(t.charged_in_share(0), 500);
+  EXPECT_EQ(t.charged_in_share(1), 1500);
+}
+
+// A share whose only entry is the one growing finds nothing to evict in itself: the
+// next attempt samples the whole table.
+TEST(BucketTable, ASharesLastEntryStillGrowsByEvictingElsewhere) {
+  std::int64_t evicted = 0;
+  identity_table t(two_shares(), {.on_evict = [&](auto&) { ++evicted; }});
+  for (std::uint32_t k = 32; k < 44; ++k)  // share 1: 1200 bytes
+    ASSERT_TRUE(t.find_or_create(
+        k, 1, [](auto&) {}, k));
+  ASSERT_TRUE(t.find_or_create(
+      0u, 2, [](auto& e) { EXPECT_TRUE(e.charge(700)); }, 0u));  // share 0: 800 bytes
+  EXPECT_EQ(t.charged_in_share(0), 800);
+  EXPECT_EQ(evicted, 0);
+  ASSERT_TRUE(t.visit(0u, 3, [](auto& e) { EXPECT_TRUE(e.charge(300)); }));
+  EXPECT_EQ(evicted, 3);  // the 300 over the budget
+  EXPECT_EQ(t.charged_in_share(0), 1100);
+  EXPECT_EQ(held_bytes(t), t.charged());
+  EXPECT_LE(held_bytes(t), 2000);
+}
+
 // Many threads on overlapping keys: every entry created is destroyed exactly once,
 // visits of one entry never overlap and never see a destroyed entry, and at
 // quiescence the charge equals the sum of the live entries' charges.

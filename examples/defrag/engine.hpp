@@ -451,6 +451,9 @@ class engine {
     // with 16 samples, 0-2 at every count. 16 samples make a flood of random keys
     // 1.2-1.7x as dear, so only above 2 queues.
     if (c.queues > 2) o.eviction_samples = 16;
+    // Each queue's datagrams lie in its own range of buckets (datagram_hash), the
+    // table's shares: a worker evicts mostly what it wrote (docs/bucket_table.md).
+    o.shares = c.queues;
     // At most 8 x 16 x max_queues; the table lowers it to 8 per bucket.
     o.eviction_probes = 8 * o.eviction_samples * static_cast<unsigned>(c.queues);
     return o;

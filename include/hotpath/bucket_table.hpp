@@ -82,6 +82,28 @@
 // entry (a few ms for a datagram's fragments); a flood of entries that are created
 // and then left alone evicts only its own oldest.
 //
+// Shares. With shares = n > 1, a charge made while visiting an entry of share q
+// (options), whose entries hold at least three quarters of its part of the budget
+// (3 budget / 4n bytes), samples share q only (then as above: expired first, else the
+// oldest); if that evicts nothing (its entries busy, or only the visited one), its
+// next attempt samples the whole table. A share holding less samples the whole table.
+// A caller whose threads each own a share (its hash places each one's entries there,
+// as RSS and RPS place flows on cores) then evicts what its own thread wrote, in its
+// own cpu's cache: at two workers under a flood, sampling the whole table read at
+// each eviction lines the other core had just written (two workers were half as fast
+// as one), and even one sample in eight drawn anywhere cost most of the gain
+// (docs/bucket_table.md). What it guarantees: the guarantee above within each share
+// that holds its three quarters; every share can hold 3 budget / 4n bytes whatever the
+// others hold (entries of a share holding less are evicted only by samples of the
+// whole table, by age, as without shares), as per-core tables of budget / n would
+// (DPDK), and may hold more while the others leave room. The price: entries parked in
+// other shares (old, never touched again) are not evicted for a share holding its
+// three quarters, which evicts its own oldest instead, until they expire or their own
+// share's charges evict them. (At half its part, the busiest shares of live entries
+// beside a one-share flood passed it and evicted their own live entries.) Each share's
+// bytes are counted (a relaxed add on the share's own line per charge and per
+// removal); they decide only which buckets are sampled, never the budget bound.
+//
 // Budget bound: exact. The budget's bytes are conserved between four places: a
 // shared pool, one reserve per cpu, the entries' charges and the hands of a thread
 // moving them. A charge takes its delta from its cpu's reserve, else from the pool
@@ -174,6 +196,13 @@ struct bucket_table_options {
   // Bytes a cpu takes from the shared pool at a time (it keeps at most twice that);
   // 0: budget / (32 x cpus), at least 64.
   std::int64_t charge_batch = 0;
+  // Shares of the buckets, 1 to 64 (at most the buckets): share q is the buckets
+  // [q B / n, (q + 1) B / n) of the B, for a Hash that places each caller's entries
+  // (a worker's, a receive queue's) in a share of its own. A charge for an entry of a
+  // share holding at least three quarters of its part of the budget evicts within that
+  // share, whose buckets are in its own cpu's cache (header comment, "Shares"). 1:
+  // every eviction samples the whole table.
+  std::size_t shares = 1;
 };
 
 namespace detail {
@@ -183,6 +212,12 @@ inline std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
     return b > 0 ? std::numeric_limits<std::int64_t>::max()
                  : std::numeric_limits<std::int64_t>::min();
   return r;
+}
+// i * size / 2^bits for i < 2^bits (a random index scaled to a range), without a
+// division and without overflow.
+inline std::size_t scale(std::size_t i, std::size_t size, unsigned bits) noexcept {
+  __extension__ using wide = unsigned __int128;  // GCC and clang; __extension__: -Wpedantic
+  return static_cast<std::size_t>((static_cast<wide>(i) * size) >> bits);
 }
 // A per-thread splitmix64 stream for eviction sampling.
 inline std::uint64_t sample_random() noexcept {
@@ -246,6 +281,8 @@ class bucket_table {
   using policy_type = Policy;
   // The most eviction_samples can be (a larger option is lowered to it).
   static constexpr unsigned max_eviction_samples = 64;
+  // The most shares can be (a larger option is lowered to it).
+  static constexpr std::size_t max_shares = 64;
 
   // What events and for_each() see of an entry.
   class entry_view {
@@ -277,6 +314,7 @@ class bucket_table {
       HOTPATH_ASSERT(delta >= -this->n_->charged, "bucket_table: charge below zero");
       if (!t_->try_charge(delta, b_, this->n_, now_, *rl_)) return false;
       this->n_->charged += delta;
+      t_->count_share(this->n_, delta);
       return true;
     }
     void set_deadline(std::int64_t t) noexcept {
@@ -318,6 +356,10 @@ class bucket_table {
         mask_(std::bit_ceil(opt.buckets < 1 ? std::size_t{1} : opt.buckets) - 1),
         index_bits_(static_cast<unsigned>(std::popcount(mask_))),
         buckets_(new bucket[mask_ + 1]) {
+    opt_.shares =
+        std::clamp<std::size_t>(opt_.shares, 1, std::min<std::size_t>(max_shares, mask_ + 1));
+    if (opt_.shares > 1) shares_.reset(new share[opt_.shares]);
+    share_floor_ = opt_.budget / (4 * static_cast<std::int64_t>(opt_.shares)) * 3;
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     if (opt_.eviction_probes == 0) opt_.eviction_probes = 8 * opt_.eviction_samples;
@@ -441,6 +483,17 @@ class bucket_table {
       spare = detail::saturating_add(spare, r.bytes.load(std::memory_order_relaxed));
     return opt_.budget - spare;
   }
+  // Bytes charged by the live entries of share q (options().shares): exact when no
+  // charge runs; with one share, charged().
+  std::int64_t charged_in_share(std::size_t q) const noexcept {
+    if (!shares_) return charged();
+    return q < opt_.shares ? shares_[q].bytes.load(std::memory_order_relaxed) : 0;
+  }
+  // Which share bucket i is in.
+  std::size_t share_of(std::size_t i) const noexcept {
+    // The q with floor(q B / n) <= i < floor((q + 1) B / n), B a power of two.
+    return ((i + 1) * opt_.shares - 1) >> index_bits_;
+  }
   // Live entries: exact when no insert or removal is in progress.
   std::int64_t size() const noexcept { return count_.sum(); }
   std::int64_t budget() const noexcept { return opt_.budget; }
@@ -520,7 +573,23 @@ class bucket_table {
     return lru;
   }
 
+  // Adds delta to the bytes of n's share (with shares).
+  void count_share(const node* n, std::int64_t delta) noexcept {
+    if (!shares_ || delta == 0) return;
+#if !defined(HOTPATH_MUTANT_BUCKET_SHARE_NOT_UNCHARGED)
+    // Relaxed: the count only steers sampling (header comment, "Shares").
+    shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
+        delta, std::memory_order_relaxed);
+#else
+    // Mutant (tests/bucket_table_test.cpp): bytes leaving a share are not counted.
+    if (delta > 0)
+      shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
+          delta, std::memory_order_relaxed);
+#endif
+  }
+
   void uncharge(node* n, std::int64_t* freed = nullptr) noexcept {
+    count_share(n, -n->charged);
     if (freed)
       *freed += n->charged;
     else
@@ -614,6 +683,7 @@ class bucket_table {
 #else
     bool gather = opt_.eviction_attempts == 0;
 #endif
+    bool within_share = true;  // with shares (evict())
     for (unsigned attempt = 0;; ++attempt) {
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_DROPS_FREED)
       // Mutant (tests/schedule/bucket_table.cpp): what evictions freed beyond the delta,
@@ -633,8 +703,13 @@ class bucket_table {
       }
 #endif
       const std::int64_t before = freed;
-      evict(held, protect, now, rl, freed);
+      evict(held, protect, now, rl, freed, within_share);
       gather = freed == before || attempt + 1 == opt_.eviction_attempts;
+#if !defined(HOTPATH_MUTANT_BUCKET_SHARE_STAYS_WITHIN)
+      // Its share held nothing to take (its entries busy, or only this one): the next
+      // attempt samples the whole table. (Mutant, tests/bucket_table_test.cpp: it stays.)
+      within_share = within_share && freed != before;
+#endif
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
       gather = true;
 #endif
@@ -789,7 +864,8 @@ class bucket_table {
   // depends on the data, which clang's thread-safety analysis cannot follow.)
   // What it removes, it adds to freed (the caller's hands).
   void evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl,
-             std::int64_t& freed_bytes) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
+             std::int64_t& freed_bytes,
+             bool within_share) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
     struct sample {
       bucket* b;
       std::int64_t oldest;  // its hints when sampled
@@ -802,6 +878,8 @@ class bucket_table {
     const unsigned max_probes = opt_.eviction_probes;
     unsigned probes = 0;
     random_indices pick(index_bits_);
+    // Where a probe lands: buckets [lo, lo + size), size 0 for the whole table.
+    std::size_t lo = 0, size = 0;
     // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
     auto draw = [&] {
       while (have < want && probes < max_probes) {
@@ -814,7 +892,10 @@ class bucket_table {
         const unsigned need = want - have;
         unsigned n = 0;
         while (n < need && probes < max_probes) {
-          bucket* b = &buckets_[pick.next() & mask_];
+          std::size_t i = pick.next() & mask_;
+          // Within the share: i scaled to its size (multiply and shift, no division).
+          if (size != 0) i = lo + detail::scale(i, size, index_bits_);
+          bucket* b = &buckets_[i];
           ++probes;
           found[n] = b;
           n += b->head.load(std::memory_order_relaxed) != nullptr;
@@ -828,6 +909,24 @@ class bucket_table {
         }
       }
     };
+    // With shares, a charge for an entry of a share holding at least three quarters of
+    // its part of the budget samples that share only (header comment, "Shares").
+    if (within_share && shares_ && held) {
+      const std::size_t q = share_of(static_cast<std::size_t>(held - buckets_.get()));
+#if defined(HOTPATH_MUTANT_BUCKET_SHARE_IGNORES_ITS_PART)
+      // Mutant (tests/bucket_table_test.cpp): a share samples itself however little it
+      // holds.
+      if (true) {
+#elif defined(HOTPATH_MUTANT_BUCKET_SHARE_NEVER_WITHIN)
+      // Mutant (tests/bucket_table_test.cpp): every eviction samples the whole table.
+      if (false) {
+#else
+      if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {
+#endif
+        lo = q * (mask_ + 1) / opt_.shares;
+        size = (q + 1) * (mask_ + 1) / opt_.shares - lo;
+      }
+    }
     draw();
     bucket* best_b = nullptr;
     node* best = nullptr;
@@ -929,6 +1028,7 @@ class bucket_table {
           throw;
         }
         found->charged = opt_.entry_charge;
+        count_share(found, found->charged);
         found->deadline = detail::saturating_add(now, opt_.ttl);
         found->next = b.head.load(std::memory_order_relaxed);
         b.head.store(found, std::memory_order_relaxed);  // under the lock
@@ -980,6 +1080,13 @@ class bucket_table {
   std::unique_ptr<bucket[]> buckets_;
   percpu<reserve> reserves_;
   percpu_counter<std::int64_t, Policy> count_;
+  // Per share (shares > 1; else null): its entries' bytes, on a line of its own.
+  struct alignas(cache_line_size) share {
+    atomic<std::int64_t> bytes{0};
+  };
+  std::unique_ptr<share[]> shares_;
+  // Three quarters of a share's part of the budget: from it, a share evicts within itself.
+  std::int64_t share_floor_ = 0;
   alignas(cache_line_size) atomic<std::int64_t> free_{0};  // the shared pool
   alignas(cache_line_size) atomic<std::size_t> cursor_{0};
 };

@@ -198,9 +198,10 @@ void removed(table_type::entry_view& v, unsigned& counter) {
   ++counter;
 }
 
-hotpath::bucket_table_options budget_options(std::int64_t ttl) {
+hotpath::bucket_table_options budget_options(std::int64_t ttl, std::size_t shares = 1) {
   hotpath::bucket_table_options o;
   o.buckets = 4;
+  o.shares = shares;
   o.budget = budget;
   o.ttl = ttl;
   o.entry_charge = entry_charge;
@@ -226,9 +227,9 @@ table_type::events ghost_events() {
 // still held for a while (the model keeps stores buffered). The reserve-then-compare
 // charging this replaced refused one too: `--seeds 1000000` failed at seed 317256 at
 // commit 04e3674.
-HOTPATH_PROPERTY(budget, {}) {
+void budget_holds(std::size_t shares) {
   ghost = {};
-  table_type t(budget_options(1000), ghost_events());
+  table_type t(budget_options(1000, shares), ghost_events());
   auto create = [&](int k) {
     return static_cast<bool>(t.find_or_create(
         k, 0,
@@ -239,10 +240,14 @@ HOTPATH_PROPERTY(budget, {}) {
         },
         k));
   };
-  check(create(1) && create(2), "two entries fit");
+  // With shares, both in share 0 (buckets 0-1), which then holds more than three
+  // quarters of its part (40 bytes of 60 / 2): key 4 (bucket 0) evicts
+  // within it, key 3 (share 1, empty) samples the whole table.
+  const int first = shares == 1 ? 1 : 0;
+  check(create(first) && create(first + 1), "two entries fit");
   run(3, [&](unsigned id) {
     if (id == 3) {
-      for (int k = 1; k <= 2; ++k)
+      for (int k = first; k <= first + 1; ++k)
         t.visit(k, 0, [&](table_type::entry& e) {
           check(!ghost.gone[k], "an evicted entry is visible again");
           bump(*e.value().p, read_whole(*e.value().p, k));
@@ -256,6 +261,18 @@ HOTPATH_PROPERTY(budget, {}) {
         "size() counts the entries");
   check(t.size() * entry_charge <= budget, "the entries' charges stay within the budget");
   check(t.charged() == t.size() * entry_charge, "charged() is the sum of the entries' charges");
+  std::int64_t in_shares = 0;
+  for (std::size_t q = 0; q < shares; ++q)
+    in_shares += t.charged_in_share(q);
+  check(in_shares == t.charged(), "the shares' bytes add up to charged()");
+}
+HOTPATH_PROPERTY(budget, {}) {
+  budget_holds(1);
+}
+// The same with two shares (buckets 0-1 and 2-3): evictions within a share, falling
+// back to the whole table when its entries are busy; the shares' counts balance too.
+HOTPATH_PROPERTY(budget_shares, {}) {
+  budget_holds(2);
 }
 
 // Two chargers that split the room for one between them: 10 spare bytes on each cpu's
