@@ -549,10 +549,13 @@ TEST(BucketTable, AShareBelowItsPartSamplesTheWholeTable) {
 }
 
 // A share whose only entry is the one growing finds nothing to evict in itself: the
-// next attempt samples the whole table.
+// same attempt samples the whole table, so three attempts make three evictions (an
+// attempt spent on the share alone would leave two, and the charge refused).
 TEST(BucketTable, ASharesLastEntryStillGrowsByEvictingElsewhere) {
   std::int64_t evicted = 0;
-  identity_table t(two_shares(), {.on_evict = [&](auto&) { ++evicted; }});
+  bucket_table_options o = two_shares();
+  o.eviction_attempts = 3;
+  identity_table t(o, {.on_evict = [&](auto&) { ++evicted; }});
   for (std::uint32_t k = 32; k < 44; ++k)  // share 1: 1200 bytes
     ASSERT_TRUE(t.find_or_create(
         k, 1, [](auto&) {}, k));
@@ -565,6 +568,32 @@ TEST(BucketTable, ASharesLastEntryStillGrowsByEvictingElsewhere) {
   EXPECT_EQ(t.charged_in_share(0), 1100);
   EXPECT_EQ(held_bytes(t), t.charged());
   EXPECT_LE(held_bytes(t), 2000);
+}
+
+// Within a share, an eviction probes at most 8 times its buckets and wants no more
+// samples than it has: a share of 4 buckets holding one entry costs 32 probes (a
+// scripted random() counts them), not the table's 128.
+TEST(BucketTable, ASharesEvictionProbesItsOwnBucketsAtMost8TimesEach) {
+  using scripted =
+      bucket_table<std::uint32_t, tracked, identity_hash, queued_lock, scripted_policy>;
+  bucket_table_options o = small_options(16, 1600);
+  o.shares = 4;              // buckets 0-3, 4-7, 8-11, 12-15; three quarters: 300 bytes
+  o.eviction_probes = 1000;  // lowered to 8 per bucket of the table: 128
+  std::vector<std::uint32_t> evicted;
+  scripted t(o, {.on_evict = [&](auto& v) { evicted.push_back(v.value().tag); }});
+  scripted_policy::script = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  ASSERT_TRUE(t.find_or_create(
+      0u, 1, [](auto& e) { EXPECT_TRUE(e.charge(200)); }, 0u));  // share 0: 300 bytes
+  for (std::uint32_t k = 4; k < 17; ++k)                         // the others: 1300
+    ASSERT_TRUE(t.find_or_create(
+        k == 16 ? 20u : k, 2, [](auto&) {}, k));
+  ASSERT_EQ(t.charged_in_share(0), 300);
+  ASSERT_EQ(held_bytes(t), 1600);
+  scripted_policy::next = 0;
+  ASSERT_TRUE(t.find_or_create(
+      1u, 3, [](auto&) {}, 1u));
+  EXPECT_EQ(evicted, std::vector<std::uint32_t>{0});  // share 0's own, the only one
+  EXPECT_EQ(scripted_policy::next, 32u);
 }
 
 // Many threads on overlapping keys: every entry created is destroyed exactly once,

@@ -82,27 +82,28 @@
 // entry (a few ms for a datagram's fragments); a flood of entries that are created
 // and then left alone evicts only its own oldest.
 //
-// Shares. With shares = n > 1, a charge made while visiting an entry of share q
-// (options), whose entries hold at least three quarters of its part of the budget
-// (3 budget / 4n bytes), samples share q only (then as above: expired first, else the
-// oldest); if that evicts nothing (its entries busy, or only the visited one), its
-// next attempt samples the whole table. A share holding less samples the whole table.
-// A caller whose threads each own a share (its hash places each one's entries there,
-// as RSS and RPS place flows on cores) then evicts what its own thread wrote, in its
-// own cpu's cache: at two workers under a flood, sampling the whole table read at
-// each eviction lines the other core had just written (two workers were half as fast
-// as one), and even one sample in eight drawn anywhere cost most of the gain
-// (docs/bucket_table.md). What it guarantees: the guarantee above within each share
-// that holds its three quarters; every share can hold 3 budget / 4n bytes whatever the
-// others hold (entries of a share holding less are evicted only by samples of the
-// whole table, by age, as without shares), as per-core tables of budget / n would
-// (DPDK), and may hold more while the others leave room. The price: entries parked in
-// other shares (old, never touched again) are not evicted for a share holding its
-// three quarters, which evicts its own oldest instead, until they expire or their own
-// share's charges evict them. (At half its part, the busiest shares of live entries
-// beside a one-share flood passed it and evicted their own live entries.) Each share's
-// bytes are counted (a relaxed add on the share's own line per charge and per
-// removal); they decide only which buckets are sampled, never the budget bound.
+// Shares. With shares = n > 1, an eviction for a charge made while visiting an entry
+// of share q (options), whose entries hold at least three quarters of its part of the
+// budget (3 budget / 4n bytes), samples share q only (then as above: expired first,
+// else the oldest; at most 8 probes a bucket of the share); if that evicts nothing
+// (its entries busy, or only the visited one), the same attempt samples the whole
+// table. A share holding less samples the whole table. A caller whose threads each
+// own a share (its hash places each one's entries there, as RSS and RPS place flows on
+// cores) then evicts what its own thread wrote, in its own cpu's cache: at two workers
+// under a flood, sampling the whole table read at each eviction lines the other core
+// had just written (two workers were half as fast as one), and even one sample in
+// eight drawn anywhere cost most of the gain (docs/bucket_table.md). What it
+// guarantees: the guarantee above within each share holding its three quarters; the
+// entries of a share holding less are never taken by another share's evictions within
+// itself, only by samples of the whole table, by age, as without shares. It reserves
+// nothing: per-core tables (DPDK) keep budget / n for each core whatever the others
+// do. The price: entries parked in other shares (old, never touched again) are not
+// evicted for a share holding its three quarters, which evicts its own oldest instead,
+// until they expire or their own share's charges evict them. (At half its part, the
+// busiest shares of live entries beside a one-share flood passed it and evicted their
+// own live entries.) Each share's bytes are counted (a relaxed add on the share's own
+// line per charge and per removal); they decide only which buckets are sampled, never
+// the budget bound.
 //
 // Budget bound: exact. The budget's bytes are conserved between four places: a
 // shared pool, one reserve per cpu, the entries' charges and the hands of a thread
@@ -359,7 +360,8 @@ class bucket_table {
     opt_.shares =
         std::clamp<std::size_t>(opt_.shares, 1, std::min<std::size_t>(max_shares, mask_ + 1));
     if (opt_.shares > 1) shares_.reset(new share[opt_.shares]);
-    share_floor_ = opt_.budget / (4 * static_cast<std::int64_t>(opt_.shares)) * 3;
+    share_floor_ =
+        std::max<std::int64_t>(1, opt_.budget / (4 * static_cast<std::int64_t>(opt_.shares)) * 3);
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
     opt_.eviction_samples = std::clamp(opt_.eviction_samples, 1u, max_eviction_samples);
     if (opt_.eviction_probes == 0) opt_.eviction_probes = 8 * opt_.eviction_samples;
@@ -486,7 +488,7 @@ class bucket_table {
   // Bytes charged by the live entries of share q (options().shares): exact when no
   // charge runs; with one share, charged().
   std::int64_t charged_in_share(std::size_t q) const noexcept {
-    if (!shares_) return charged();
+    if (!shares_) return q == 0 ? charged() : 0;
     return q < opt_.shares ? shares_[q].bytes.load(std::memory_order_relaxed) : 0;
   }
   // Which share bucket i is in.
@@ -683,7 +685,6 @@ class bucket_table {
 #else
     bool gather = opt_.eviction_attempts == 0;
 #endif
-    bool within_share = true;  // with shares (evict())
     for (unsigned attempt = 0;; ++attempt) {
 #if defined(HOTPATH_MUTANT_BUCKET_EVICT_DROPS_FREED)
       // Mutant (tests/schedule/bucket_table.cpp): what evictions freed beyond the delta,
@@ -703,13 +704,15 @@ class bucket_table {
       }
 #endif
       const std::int64_t before = freed;
-      evict(held, protect, now, rl, freed, within_share);
-      gather = freed == before || attempt + 1 == opt_.eviction_attempts;
 #if !defined(HOTPATH_MUTANT_BUCKET_SHARE_STAYS_WITHIN)
-      // Its share held nothing to take (its entries busy, or only this one): the next
-      // attempt samples the whole table. (Mutant, tests/bucket_table_test.cpp: it stays.)
-      within_share = within_share && freed != before;
+      // Its share held nothing to take (its entries busy, or only this one): the whole
+      // table, in the same attempt. (Mutant, tests/bucket_table_test.cpp: it does not.)
+      if (evict(held, protect, now, rl, freed, true) && freed == before)
+        evict(held, protect, now, rl, freed, false);
+#else
+      evict(held, protect, now, rl, freed, true);
 #endif
+      gather = freed == before || attempt + 1 == opt_.eviction_attempts;
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
       gather = true;
 #endif
@@ -862,8 +865,10 @@ class bucket_table {
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
   // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
   // depends on the data, which clang's thread-safety analysis cannot follow.)
-  // What it removes, it adds to freed (the caller's hands).
-  void evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl,
+  // What it removes, it adds to freed (the caller's hands). With shares and
+  // within_share, it samples only the share of held when that share holds its floor
+  // (header comment, "Shares"); returns whether it did.
+  bool evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl,
              std::int64_t& freed_bytes,
              bool within_share) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
     struct sample {
@@ -873,9 +878,9 @@ class bucket_table {
       bool done;  // locked and walked
     };
     sample s[max_eviction_samples];
-    const unsigned want = opt_.eviction_samples;
+    unsigned want = opt_.eviction_samples;
     unsigned have = 0;
-    const unsigned max_probes = opt_.eviction_probes;
+    unsigned max_probes = opt_.eviction_probes;
     unsigned probes = 0;
     random_indices pick(index_bits_);
     // Where a probe lands: buckets [lo, lo + size), size 0 for the whole table.
@@ -925,6 +930,10 @@ class bucket_table {
 #endif
         lo = q * (mask_ + 1) / opt_.shares;
         size = (q + 1) * (mask_ + 1) / opt_.shares - lo;
+        // As for the whole table: at most 8 probes a bucket, and no more samples than
+        // buckets (a small share would spend every probe on each eviction).
+        max_probes = static_cast<unsigned>(std::min<std::size_t>(max_probes, 8 * size));
+        want = static_cast<unsigned>(std::min<std::size_t>(want, size));
       }
     }
     draw();
@@ -981,6 +990,7 @@ class bucket_table {
       rehint(*best_b);  // its chain is in cache; exact hints spare a later walk here
     }
     if (best_b && best_b != held) best_b->lock.unlock();
+    return size != 0;
   }
 
   template <bool Create, class F, class... Args>
