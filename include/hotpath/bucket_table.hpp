@@ -359,7 +359,13 @@ class bucket_table {
         buckets_(new bucket[mask_ + 1]) {
     opt_.shares =
         std::clamp<std::size_t>(opt_.shares, 1, std::min<std::size_t>(max_shares, mask_ + 1));
-    if (opt_.shares > 1) shares_.reset(new share[opt_.shares]);
+    if (opt_.shares > 1) {
+      shares_.reset(new share[opt_.shares]);
+      for (std::size_t q = 0; q < opt_.shares; ++q) {
+        shares_[q].lo = q * (mask_ + 1) / opt_.shares;
+        shares_[q].size = (q + 1) * (mask_ + 1) / opt_.shares - shares_[q].lo;
+      }
+    }
     share_floor_ =
         std::max<std::int64_t>(1, opt_.budget / (4 * static_cast<std::int64_t>(opt_.shares)) * 3);
     if (opt_.entry_charge < 0) opt_.entry_charge = static_cast<std::int64_t>(sizeof(node));
@@ -578,16 +584,13 @@ class bucket_table {
   // Adds delta to the bytes of n's share (with shares).
   void count_share(const node* n, std::int64_t delta) noexcept {
     if (!shares_ || delta == 0) return;
-#if !defined(HOTPATH_MUTANT_BUCKET_SHARE_NOT_UNCHARGED)
+#if defined(HOTPATH_MUTANT_BUCKET_SHARE_NOT_UNCHARGED)
+    // Mutant (tests/bucket_table_test.cpp): bytes leaving a share are not counted.
+    if (delta < 0) return;
+#endif
     // Relaxed: the count only steers sampling (header comment, "Shares").
     shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
         delta, std::memory_order_relaxed);
-#else
-    // Mutant (tests/bucket_table_test.cpp): bytes leaving a share are not counted.
-    if (delta > 0)
-      shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
-          delta, std::memory_order_relaxed);
-#endif
   }
 
   void uncharge(node* n, std::int64_t* freed = nullptr) noexcept {
@@ -704,13 +707,13 @@ class bucket_table {
       }
 #endif
       const std::int64_t before = freed;
+      const bool within = evict(held, protect, now, rl, freed, true);
 #if !defined(HOTPATH_MUTANT_BUCKET_SHARE_STAYS_WITHIN)
       // Its share held nothing to take (its entries busy, or only this one): the whole
       // table, in the same attempt. (Mutant, tests/bucket_table_test.cpp: it does not.)
-      if (evict(held, protect, now, rl, freed, true) && freed == before)
-        evict(held, protect, now, rl, freed, false);
+      if (within && freed == before) evict(held, protect, now, rl, freed, false);
 #else
-      evict(held, protect, now, rl, freed, true);
+      (void)within;
 #endif
       gather = freed == before || attempt + 1 == opt_.eviction_attempts;
 #if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
@@ -928,8 +931,8 @@ class bucket_table {
 #else
       if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {
 #endif
-        lo = q * (mask_ + 1) / opt_.shares;
-        size = (q + 1) * (mask_ + 1) / opt_.shares - lo;
+        lo = shares_[q].lo;
+        size = shares_[q].size;
         // As for the whole table: at most 8 probes a bucket, and no more samples than
         // buckets (a small share would spend every probe on each eviction).
         max_probes = static_cast<unsigned>(std::min<std::size_t>(max_probes, 8 * size));
@@ -1090,9 +1093,13 @@ class bucket_table {
   std::unique_ptr<bucket[]> buckets_;
   percpu<reserve> reserves_;
   percpu_counter<std::int64_t, Policy> count_;
-  // Per share (shares > 1; else null): its entries' bytes, on a line of its own.
+  // Per share (shares > 1; else null): its entries' bytes, on a line of its own, and
+  // its buckets [lo, lo + size) (fixed: an eviction reads them beside bytes, with no
+  // division).
   struct alignas(cache_line_size) share {
     atomic<std::int64_t> bytes{0};
+    std::size_t lo = 0;
+    std::size_t size = 0;
   };
   std::unique_ptr<share[]> shares_;
   // Three quarters of a share's part of the budget: from it, a share evicts within itself.
