@@ -10,8 +10,13 @@ transfer (hotpath-bench's baseline/line_transfer), then every --run in turn (eac
 `hotpath-defrag ARGS --paired-with 1`: 2 workers' passes paired with 1 worker's in one
 process), then the transfer again; rounds whose two transfer figures disagree (the
 host moved the vCPUs), or where the transfer's threads did not both run throughout
-(a busy machine), are counted apart. With several --build, every --run runs under each
-build in turn, in the same round: a change against its baseline, in one machine state.
+(a busy machine), are counted apart. Each round also times one worker pinned to each
+vCPU in turn: the host may give one vCPU less of a core than the other (one worker ran
+1.4x as slow on one as on the other, minutes apart, on this guest), and two workers
+splitting the traffic evenly then gain at most 2 x fast / slow over one on the fast
+vCPU; rounds where the two differ by more than --uneven are counted apart too. With
+several --build, every --run runs under each build in turn, in the same round: a change
+against its baseline, in one machine state.
 
   scripts/scaling/defrag_pairs.py [--build build/release [--build OTHER]] [--rounds 20]
       [--run "--synthetic --repeat 9 --threads 2" --run "... --rss addresses"]
@@ -37,6 +42,14 @@ def transfer_ns(bench):
     return b["transfer"] * 1e9
 
 
+def pinned_ns(defrag, cpu):
+    """ns per fragment of one worker on `cpu` alone (--synthetic, 5 passes)."""
+    out = subprocess.run([defrag, "--synthetic", "--repeat", "5", "--threads", "1",
+                          "--json", "-"], check=True, capture_output=True, text=True,
+                         preexec_fn=lambda: os.sched_setaffinity(0, {cpu})).stdout
+    return json.loads(out[out.index("{"):])["ns_per_fragment"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", action="append",
@@ -44,6 +57,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--near-ns", type=float, default=150,
                     help="a transfer below this is 'near', else 'far' (default 150)")
+    ap.add_argument("--uneven", type=float, default=1.15,
+                    help="a round whose slowest vCPU runs one worker more than this many "
+                    "times as slow as its fastest is 'uneven' (default 1.15)")
     ap.add_argument("--run", action="append", help="hotpath-defrag arguments (repeatable)")
     a = ap.parse_args()
     runs = a.run or ["--synthetic --repeat 9 --threads 2"]
@@ -51,7 +67,9 @@ def main():
     bench = os.path.join(builds[0], "benchmarks", "hotpath-bench")
     defrags = [(b, os.path.join(b, "examples", "defrag", "hotpath-defrag")) for b in builds]
     speedups = {}  # (run, state) -> [paired_speedup]
+    cpus = sorted(os.sched_getaffinity(0))
     for r in range(a.rounds):
+        pinned = [pinned_ns(defrags[0][1], c) for c in cpus]
         before = transfer_ns(bench)
         got = []
         for args in runs:
@@ -69,8 +87,13 @@ def main():
         else:
             near = [t < a.near_ns for t in (before, after)]
             state = "moved" if near[0] != near[1] else ("near" if near[0] else "far")
+        uneven = max(pinned) / min(pinned)
+        if uneven > a.uneven:
+            state += " uneven"
         shown = " / ".join("busy" if t is None else f"{t:.0f}" for t in (before, after))
-        print(f"round {r + 1}: transfer {shown} ns ({state})")
+        print(f"round {r + 1}: transfer {shown} ns ({state}); one worker pinned to each vCPU "
+              + " / ".join(f"{t:.1f}" for t in pinned)
+              + f" ns/fragment: two at most {2 / uneven:.2f}x one on the fastest")
         for args, one, x in got:
             print(f"  {args}: 1 worker {one:.1f} ns/fragment, 2 workers {x:.2f}x")
             speedups.setdefault((args, state), []).append(x)
