@@ -480,16 +480,13 @@ class engine {
     inc(c);
     inc(counter::reasm_fails);
   }
-  // The peak is sampled (at snapshot(), and one fragment in 64 of the engine's, as
-  // every 64 x queues fragments of each thread): charged() reads every cpu's reserve,
-  // which another worker writes at each of its charges, a line moved between cores per
-  // read. (At every 64th fragment of each thread, two workers' cycles per packet,
-  // waiting aside, were 1.30x one worker's; without sampling, 1.20x: docs/defrag.md.)
+  // The peak is sampled (every 64th fragment of each thread, and at snapshot()):
+  // charged() reads every cpu's slot, too dear for every fragment. (Even so, a third of
+  // what two workers pay per packet beyond one; sampling less often blurred small
+  // captures' peaks 3-4x: docs/defrag.md, twelfth.)
   void sample_peak() {
-    thread_local std::size_t n = 0;
-    if (++n < peak_period_) return;
-    n = 0;
-    note_peak(table_.charged());
+    thread_local unsigned n = 0;
+    if ((++n & 63) == 0) note_peak(table_.charged());
   }
   void note_peak(std::int64_t m) const noexcept {
     // Relaxed: a statistic; the CAS only keeps the maximum.
@@ -505,7 +502,6 @@ class engine {
   static constexpr std::size_t stats_group = 4;
   std::array<hotpath::percpu_stats<stats_group>, (ncounters + stats_group - 1) / stats_group>
       stats_;
-  const std::size_t peak_period_ = 64 * initial_.queues;  // see sample_peak()
   alignas(hotpath::cache_line_size) mutable std::atomic<std::int64_t> peak_{0};
   table_type table_;
 };

@@ -10,11 +10,12 @@ transfer (hotpath-bench's baseline/line_transfer), then every --run in turn (eac
 `hotpath-defrag ARGS --paired-with 1`: 2 workers' passes paired with 1 worker's in one
 process), then the transfer again; rounds whose two transfer figures disagree (the
 host moved the vCPUs), or where the transfer's threads did not both run throughout
-(a busy machine), are counted apart. Each round also times one worker pinned to each
-vCPU in turn: the host may give one vCPU less of a core than the other (one worker ran
-1.4x as slow on one as on the other, minutes apart, on this guest), and two workers
-splitting the traffic evenly then gain at most 2 x fast / slow over one on the fast
-vCPU; rounds where the two differ by more than --uneven are counted apart too. With
+(a busy machine), are counted apart. For a guest of two vCPUs. Each round also times
+one worker pinned to each vCPU in turn: the host may give one vCPU less of a core than
+the other (one worker ran up to 1.47x as slow on one as on the other on this guest,
+and alike minutes later), and two workers splitting the traffic evenly then gain at
+most 2 x fast / slow over one on the fast vCPU; rounds where the two differ by more
+than --uneven are counted apart too. With
 several --build, every --run runs under each build in turn, in the same round: a change
 against its baseline, in one machine state.
 
@@ -68,6 +69,8 @@ def main():
     defrags = [(b, os.path.join(b, "examples", "defrag", "hotpath-defrag")) for b in builds]
     speedups = {}  # (run, state) -> [paired_speedup]
     cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) != 2:
+        sys.exit(f"defrag_pairs.py: for a guest of two vCPUs; this process may run on {len(cpus)}")
     for r in range(a.rounds):
         pinned = [pinned_ns(defrags[0][1], c) for c in cpus]
         before = transfer_ns(bench)
@@ -100,7 +103,7 @@ def main():
         sys.stdout.flush()
     print("2 workers' speedup over 1, median (range) by where the vCPUs were:")
     for (args, state), v in sorted(speedups.items()):
-        print(f"  {state:5} {len(v):3} rounds  {statistics.median(v):.2f}x "
+        print(f"  {state:12} {len(v):3} rounds  {statistics.median(v):.2f}x "
               f"({min(v):.2f}-{max(v):.2f})  {args}")
     return 0
 
