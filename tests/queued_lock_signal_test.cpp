@@ -6,9 +6,15 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "hotpath/queued_lock.hpp"
@@ -99,6 +105,63 @@ TEST(QueuedLockSignal, HandlerContendsWithoutAllocating) {
   EXPECT_EQ(sig::sections, 1u);
   EXPECT_EQ(sig::allocations_in_handler, 0u);
   EXPECT_FALSE(sig::lock.is_locked());
+}
+
+namespace interrupt {
+std::atomic<int> delivered{0};
+void handler(int) {
+  delivered.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace interrupt
+
+// This thread's scheduler state in /proc ('S': asleep in a system call, here the futex).
+char task_state(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return '?';
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');  // the name may hold spaces
+  return n > 0 && close && close[1] == ' ' ? close[2] : '?';
+}
+
+// A queued waiter asleep on its futex, interrupted by a signal (no SA_RESTART: the
+// wait returns EINTR) and woken later, returns from lock() with errno as it was
+// before: a lock must not change errno (detail/futex.hpp).
+TEST(QueuedLockSignal, ParkedWaiterInterruptedBySignalLeavesErrnoAlone) {
+  using lock_type = fresh_lock<3>;
+  lock_type lock;
+  scoped_signal_handler handler(SIGUSR2, interrupt::handler, 0);
+  ASSERT_TRUE(handler.installed());
+  std::atomic<pid_t> tid{0};
+  int errno_after = 0;
+  std::thread third;
+  bool interrupted = false;
+  with_a_queue(lock, [&] {
+    third = std::thread([&] {
+      tid.store(static_cast<pid_t>(syscall(SYS_gettid)), std::memory_order_release);
+      errno = EDOM;
+      lock.lock();
+      errno_after = errno;
+      lock.unlock();
+    });
+    while (tid.load(std::memory_order_acquire) == 0)
+      std::this_thread::sleep_for(100us);
+    // Asleep (after its spins) in the futex, then interrupted there, then asleep again.
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (task_state(tid.load()) != 'S' && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(100us);
+    pthread_kill(third.native_handle(), SIGUSR2);
+    while (interrupt::delivered.load() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(100us);
+    interrupted = interrupt::delivered.load() == 1;
+  });
+  third.join();
+  EXPECT_TRUE(interrupted);
+  EXPECT_EQ(errno_after, EDOM);
+  EXPECT_FALSE(lock.is_locked());
 }
 
 // Out of memory for the node chunk: lock() (noexcept) neither throws nor
