@@ -13,14 +13,13 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <cstring>
 #include <thread>
 
 #include "hotpath/queued_lock.hpp"
 #include "support/alloc_hook.hpp"
 #include "support/lock_test_access.hpp"
 #include "support/signals.hpp"
+#include "support/stress.hpp"
 
 namespace hotpath::test {
 namespace {
@@ -114,19 +113,6 @@ void handler(int) {
 }
 }  // namespace interrupt
 
-// This thread's scheduler state in /proc ('S': asleep in a system call, here the futex).
-char task_state(pid_t tid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
-  std::FILE* f = std::fopen(path, "r");
-  if (!f) return '?';
-  char buf[512] = {};
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* close = std::strrchr(buf, ')');  // the name may hold spaces
-  return n > 0 && close && close[1] == ' ' ? close[2] : '?';
-}
-
 // A queued waiter asleep on its futex, interrupted by a signal (no SA_RESTART: the
 // wait returns EINTR) and woken later, returns from lock() with errno as it was
 // before: a lock must not change errno (detail/futex.hpp).
@@ -151,7 +137,7 @@ TEST(QueuedLockSignal, ParkedWaiterInterruptedBySignalLeavesErrnoAlone) {
       std::this_thread::sleep_for(100us);
     // Asleep (after its spins) in the futex, then interrupted there, then asleep again.
     const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (task_state(tid.load()) != 'S' && std::chrono::steady_clock::now() < deadline)
+    while (!thread_sleeps(tid.load()) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(100us);
     pthread_kill(third.native_handle(), SIGUSR2);
     while (interrupt::delivered.load() == 0 && std::chrono::steady_clock::now() < deadline)

@@ -15,9 +15,9 @@ one worker pinned to each vCPU in turn: the host may give one vCPU less of a cor
 the other (one worker ran up to 1.47x as slow on one as on the other on this guest,
 and alike minutes later), and two workers splitting the traffic evenly then gain at
 most 2 x fast / slow over one on the fast vCPU; rounds where the two differ by more
-than --uneven are counted apart too. With
-several --build, every --run runs under each build in turn, in the same round: a change
-against its baseline, in one machine state.
+than --uneven are counted apart too. With several --build, every --run runs under
+each build in turn, in the same round: a change against its baseline, in one machine
+state.
 
   scripts/scaling/defrag_pairs.py [--build build/release [--build OTHER]] [--rounds 20]
       [--run "--synthetic --repeat 9 --threads 2" --run "... --rss addresses"]

@@ -31,28 +31,26 @@ namespace hotpath::detail {
 inline constexpr unsigned futex_channels = 32;
 
 #if defined(__linux__)
-// errno is left as it was: a wait that returns EAGAIN or EINTR would otherwise leave
-// it set, and a lock must not change it. A caller may lock between a failed call and
-// its read of errno, and a signal handler that takes a lock would spoil the
-// interrupted code's errno. glibc's own futex calls for pthread_mutex never set it.
-struct errno_kept {
-  int saved = errno;
-  ~errno_kept() { errno = saved; }
-};
+// Every futex call goes through here. errno is left as it was: a wait that returns
+// EAGAIN or EINTR (or a wake on an address since unmapped, EFAULT) would otherwise
+// leave it set, and a lock must not change it. A caller may lock between a failed
+// call and its read of errno, and a signal handler that takes a lock would spoil the
+// interrupted code's errno. glibc's futex calls for pthread_mutex never set it.
+inline void futex_call(const void* addr, int op, std::uint32_t val, std::uint32_t mask) noexcept {
+  const int saved = errno;
+  syscall(SYS_futex, addr, op, val, nullptr, nullptr, mask);
+  errno = saved;
+}
 inline void futex_wait_raw(const void* addr, std::uint32_t expected, unsigned channel) noexcept {
-  const errno_kept keep;
   // Returns on wake, EAGAIN (value changed) or EINTR; callers loop and re-check.
-  syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, expected, nullptr, nullptr,
-          1u << (channel % futex_channels));
+  futex_call(addr, FUTEX_WAIT_BITSET_PRIVATE, expected, 1u << (channel % futex_channels));
 }
 inline void futex_wake_raw(const void* addr, unsigned channel, int count) noexcept {
-  const errno_kept keep;
-  syscall(SYS_futex, addr, FUTEX_WAKE_BITSET_PRIVATE, count, nullptr, nullptr,
-          1u << (channel % futex_channels));
+  futex_call(addr, FUTEX_WAKE_BITSET_PRIVATE, static_cast<std::uint32_t>(count),
+             1u << (channel % futex_channels));
 }
 inline void futex_wake_all_raw(const void* addr) noexcept {
-  const errno_kept keep;
-  syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+  futex_call(addr, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0);
 }
 #endif
 
