@@ -151,12 +151,14 @@ TEST(QueuedLockSignal, ParkedWaiterInterruptedBySignalLeavesErrnoAlone) {
 }
 
 // Out of memory for the node chunk: lock() (noexcept) neither throws nor
-// terminates; the thread waits without a node (the overflow path) and gets the lock.
+// terminates; the thread waits without a node (the overflow path) and gets the lock,
+// with errno as it was (the failed allocation set ENOMEM).
 TEST(QueuedLockSignal, QueueWaitOutOfMemoryFallsBackToOverflow) {
   using lock_type = fresh_lock<2>;
   lock_type lock;
   std::atomic<bool> locked{false};
   std::uint64_t failed = 0;
+  int errno_after = 0;
   bool prepared_later = false;
   std::thread third;
   // The overflow waiter announces itself with `parked`, not with a tail.
@@ -167,7 +169,9 @@ TEST(QueuedLockSignal, QueueWaitOutOfMemoryFallsBackToOverflow) {
           EXPECT_NE(detail::thread_slot_registry::this_thread_slot(),
                     detail::thread_slot_registry::no_slot);
           alloc_hook::fail_after(0);  // the node chunk
+          errno = EDOM;
           lock.lock();
+          errno_after = errno;
           locked.store(true, std::memory_order_relaxed);
           failed = alloc_hook::failures();
           alloc_hook::no_failure();
@@ -179,6 +183,7 @@ TEST(QueuedLockSignal, QueueWaitOutOfMemoryFallsBackToOverflow) {
   third.join();
   EXPECT_TRUE(locked.load());
   EXPECT_EQ(failed, 1u) << "the queue path did not allocate: nothing was tested";
+  EXPECT_EQ(errno_after, EDOM);
   EXPECT_TRUE(prepared_later);
   EXPECT_FALSE(lock.is_locked());
 }

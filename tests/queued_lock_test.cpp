@@ -3,10 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <numeric>
 #include <type_traits>
@@ -458,6 +467,44 @@ TEST(QueuedLock, NoWriteAfterReleaseToADestroyingOwner) {
 
 TEST(QueuedLock, NextOwnerMayFreeTheLockAtOnce) {
   next_owner_frees_the_lock<basic_queued_lock<destroy::policy>>();
+}
+
+// From here on, membarrier fails with ENOSYS in this process, as on a kernel without
+// it or under a container's seccomp policy. False if no filter may be installed.
+bool forbid_membarrier() {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_membarrier, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(code)), code};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+// The first fence of a process decides whether membarrier can be used, and the
+// registration that fails sets errno; lock() and unlock() still leave errno as it
+// was, and the lock works on with a fence on both sides. In a child, which decides
+// afresh.
+TEST(QueuedLock, FailedMembarrierRegistrationLeavesErrnoAlone) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    detail::membarrier_state.store(0, std::memory_order_relaxed);  // not decided yet
+    if (!forbid_membarrier()) _exit(77);
+    queued_lock lock;
+    errno = EDOM;
+    lock.lock();
+    lock.unlock();
+    const int after = errno;
+    _exit(after != EDOM ? 1 : detail::membarrier_available() ? 2 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no seccomp filter may be installed here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: errno changed; 2: membarrier still in use";
 }
 
 }  // namespace

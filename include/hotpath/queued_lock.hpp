@@ -52,10 +52,10 @@
 // exit. That first contention takes a mutex and allocates, so it must not happen in
 // a signal handler: a thread whose handler may contend calls prepare_thread()
 // outside it first; after that no wait of the thread allocates or blocks on anything
-// but the lock, and errno is left as it was (detail/futex.hpp). Beyond 4 nested
-// waits, with no slot (more live threads than the tail can name: 16383), or with no
-// memory for the nodes, a thread falls back to trylock-and-park on the word, as the
-// kernel falls back to trylock spinning.
+// but the lock. Neither lock() nor unlock() changes errno (detail::errno_keeper).
+// Beyond 4 nested waits, with no slot (more live threads than the tail can name:
+// 16383), or with no memory for the nodes, a thread falls back to trylock-and-park on
+// the word, as the kernel falls back to trylock spinning.
 //
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending

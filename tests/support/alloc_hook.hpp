@@ -4,12 +4,14 @@
 // them fail on demand:
 //   alloc_hook::count()       allocations by this thread so far
 //   alloc_hook::fail_after(k) this thread's allocation after the next k throws bad_alloc
+//                             (errno ENOMEM, as a real failure leaves it)
 //   alloc_hook::no_failure()  cancels that
 //   alloc_hook::failures()    allocations of this thread that were made to fail
 // Counters are per thread (plain thread_locals, async-signal-safe to read), so a
 // signal handler's allocations are counted on the thread it interrupts.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,7 @@ inline void* allocate(std::size_t n, std::size_t align) {
   ++allocations;
   if (countdown >= 0 && countdown-- == 0) {
     ++failed;
+    errno = ENOMEM;  // as malloc() leaves it when operator new fails for real
     throw std::bad_alloc();
   }
   if (n == 0) n = 1;

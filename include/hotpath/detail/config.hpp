@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cassert>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +109,22 @@ inline void cpu_relax() noexcept {
   asm volatile("" ::: "memory");
 #endif
 }
+
+// Keeps the caller's errno across a scope that may change it: a syscall that fails,
+// a first-use initialisation (an allocation, a mutex, a magic static whose guard
+// sleeps on a futex and wakes with EINTR or EAGAIN). No hotpath primitive changes
+// errno: a caller may lock between a failed call and its read of errno, and a
+// signal handler that takes a lock would spoil the errno of the code it interrupted.
+class errno_keeper {
+ public:
+  errno_keeper() noexcept : saved_(errno) {}
+  ~errno_keeper() { errno = saved_; }
+  errno_keeper(const errno_keeper&) = delete;
+  errno_keeper& operator=(const errno_keeper&) = delete;
+
+ private:
+  int saved_;
+};
 
 // One build mode per process. HOTPATH_RSEQ (percpu_counter's paths and error bound),
 // HOTPATH_NO_MEMBARRIER (which fences pair up), ThreadSanitizer (fences and

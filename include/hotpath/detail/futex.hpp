@@ -22,7 +22,6 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <cerrno>
 #endif
 
 HOTPATH_VISIBILITY_BEGIN
@@ -31,15 +30,12 @@ namespace hotpath::detail {
 inline constexpr unsigned futex_channels = 32;
 
 #if defined(__linux__)
-// Every futex call goes through here. errno is left as it was: a wait that returns
-// EAGAIN or EINTR (or a wake on an address since unmapped, EFAULT) would otherwise
-// leave it set, and a lock must not change it. A caller may lock between a failed
-// call and its read of errno, and a signal handler that takes a lock would spoil the
-// interrupted code's errno. glibc's futex calls for pthread_mutex never set it.
+// Every futex call goes through here. errno is left as it was (errno_keeper): a wait
+// that returns EAGAIN or EINTR (or a wake on an address since unmapped, EFAULT) would
+// otherwise leave it set. glibc's futex calls for pthread_mutex never set it.
 inline void futex_call(const void* addr, int op, std::uint32_t val, std::uint32_t mask) noexcept {
-  const int saved = errno;
+  const errno_keeper keep;
   syscall(SYS_futex, addr, op, val, nullptr, nullptr, mask);
-  errno = saved;
 }
 inline void futex_wait_raw(const void* addr, std::uint32_t expected, unsigned channel) noexcept {
   // Returns on wake, EAGAIN (value changed) or EINTR; callers loop and re-check.

@@ -36,11 +36,37 @@ inline bool membarrier_register() noexcept {
 #endif
 }
 
-// Decided once per process; a magic static makes every reader see the decision,
-// and registration happens before any heavy_fence() can use the command.
+// Decided once per process: 1 available, 2 not, 0 not yet. The first answer stored
+// wins, so every thread fences the same way; threads that race to decide each
+// register (harmless: registering twice is allowed) and then take the stored answer.
+// A thread reads 1 only after a registration has returned, so heavy_fence() never
+// issues the command unregistered. Not a magic static: a thread that found another
+// inside its initialisation would sleep on the guard's futex and wake with errno set
+// (EINTR, EAGAIN), and registration itself sets errno where it fails (ENOSYS, EPERM
+// under seccomp); both would leak out of an unlock().
+inline constinit std::atomic<int> membarrier_state{0};
+
+[[gnu::cold, gnu::noinline]] inline int membarrier_decide() noexcept {
+  int mine = 0;
+  {
+    const errno_keeper keep;
+    mine = membarrier_register() ? 1 : 2;
+  }
+  int stored = 0;
+  // Acquire on failure: the winner's registration happened before its store.
+  if (membarrier_state.compare_exchange_strong(stored, mine, std::memory_order_acq_rel,
+                                               std::memory_order_acquire)) {
+    return mine;
+  }
+  return stored;
+}
+
 inline bool membarrier_available() noexcept {
-  static const bool available = membarrier_register();
-  return available;
+  // Acquire pairs with the CAS above: the registration that decided 1 has returned.
+  int s = membarrier_state.load(std::memory_order_acquire);
+  if (s == 0) [[unlikely]]
+    s = membarrier_decide();
+  return s == 1;
 }
 
 #if HOTPATH_TSAN

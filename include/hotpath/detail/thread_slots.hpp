@@ -47,6 +47,7 @@ class thread_slot_registry {
     local& l = local_state();
     if (l.slot_plus_1 != 0) return l.slot_plus_1 - 1;
     if (l.exited) return no_slot;  // called from a later thread_local destructor
+    const errno_keeper keep;       // a magic static, a mutex, an allocation
     return instance().take(l);
   }
 
@@ -179,6 +180,7 @@ class slot_table {
     // Acquire pairs with the release CAS below: the chunk's blocks are constructed.
     Block* chunk = c.load(std::memory_order_acquire);
     if (chunk == nullptr) [[unlikely]] {
+      const errno_keeper keep;  // malloc sets ENOMEM when it fails
       Block* fresh = new (std::nothrow) Block[chunk_size];
       if (fresh == nullptr) return nullptr;
       // Release publishes the constructed blocks; acquire on failure pairs with the
