@@ -112,9 +112,11 @@ inline void cpu_relax() noexcept {
 
 // Keeps the caller's errno across a scope that may change it: a syscall that fails,
 // a first-use initialisation (an allocation, a mutex, a magic static whose guard
-// sleeps on a futex and wakes with EINTR or EAGAIN). No hotpath primitive changes
-// errno: a caller may lock between a failed call and its read of errno, and a
-// signal handler that takes a lock would spoil the errno of the code it interrupted.
+// sleeps on a futex and wakes with EINTR or EAGAIN). No hotpath lock changes errno
+// in lock(), try_lock() or unlock(): a caller may lock between a failed call and its
+// read of errno, and a signal handler that takes a lock would spoil the errno of the
+// code it interrupted. (RCU's first read section of a thread, its grace-period waits
+// and the constructors of per-cpu data make no such promise.)
 class errno_keeper {
  public:
   errno_keeper() noexcept : saved_(errno) {}

@@ -69,6 +69,7 @@ inline void park(A& word, std::uint32_t expected, unsigned channel = 0) noexcept
   }
 #endif
   (void)channel;
+  const errno_keeper keep;  // libstdc++'s wait leaves EINTR or EAGAIN in it
   word.wait(expected, std::memory_order_acquire);
 }
 
@@ -82,6 +83,7 @@ inline void unpark_one(A& word, unsigned channel = 0) noexcept {
   }
 #endif
   (void)channel;
+  const errno_keeper keep;
   word.notify_all();
 }
 
@@ -95,6 +97,7 @@ inline void unpark_channel(A& word, unsigned channel) noexcept {
   }
 #endif
   (void)channel;
+  const errno_keeper keep;
   word.notify_all();
 }
 
@@ -106,6 +109,7 @@ inline void unpark_all(A& word) noexcept {
     return;
   }
 #endif
+  const errno_keeper keep;
   word.notify_all();
 }
 

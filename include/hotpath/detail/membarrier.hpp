@@ -53,8 +53,9 @@ inline constinit std::atomic<int> membarrier_state{0};
     mine = membarrier_register() ? 1 : 2;
   }
   int stored = 0;
-  // Acquire on failure: the winner's registration happened before its store.
-  if (membarrier_state.compare_exchange_strong(stored, mine, std::memory_order_acq_rel,
+  // Release publishes our registration to whoever reads 1; acquire on failure pairs
+  // with the winner's release: its registration has returned.
+  if (membarrier_state.compare_exchange_strong(stored, mine, std::memory_order_release,
                                                std::memory_order_acquire)) {
     return mine;
   }
