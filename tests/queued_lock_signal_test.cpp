@@ -115,7 +115,7 @@ void handler(int) {
 
 // A queued waiter asleep on its futex, interrupted by a signal (no SA_RESTART: the
 // wait returns EINTR) and woken later, returns from lock() with errno as it was
-// before: a lock must not change errno (detail/futex.hpp).
+// before: a lock must not change errno (detail::errno_keeper).
 TEST(QueuedLockSignal, ParkedWaiterInterruptedBySignalLeavesErrnoAlone) {
   using lock_type = fresh_lock<3>;
   lock_type lock;

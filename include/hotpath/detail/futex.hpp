@@ -73,6 +73,20 @@ inline void park(A& word, std::uint32_t expected, unsigned channel = 0) noexcept
   word.wait(expected, std::memory_order_acquire);
 }
 
+// Wake every sleeper on `word`. Also the fallback of the two below: without channels
+// every wake is a notify_all.
+template <class A>
+inline void unpark_all(A& word) noexcept {
+#if defined(__linux__)
+  if constexpr (raw_futex_ok<A>) {
+    futex_wake_all_raw(&word);
+    return;
+  }
+#endif
+  const errno_keeper keep;
+  word.notify_all();
+}
+
 // Wake one sleeper of `channel` on `word`.
 template <class A>
 inline void unpark_one(A& word, unsigned channel = 0) noexcept {
@@ -83,8 +97,7 @@ inline void unpark_one(A& word, unsigned channel = 0) noexcept {
   }
 #endif
   (void)channel;
-  const errno_keeper keep;
-  word.notify_all();
+  unpark_all(word);
 }
 
 // Wake every sleeper of `channel` on `word`.
@@ -97,20 +110,7 @@ inline void unpark_channel(A& word, unsigned channel) noexcept {
   }
 #endif
   (void)channel;
-  const errno_keeper keep;
-  word.notify_all();
-}
-
-template <class A>
-inline void unpark_all(A& word) noexcept {
-#if defined(__linux__)
-  if constexpr (raw_futex_ok<A>) {
-    futex_wake_all_raw(&word);
-    return;
-  }
-#endif
-  const errno_keeper keep;
-  word.notify_all();
+  unpark_all(word);
 }
 
 // The same four through a primitive's policy: a policy may define static park(),

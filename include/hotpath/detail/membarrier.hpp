@@ -47,11 +47,8 @@ inline bool membarrier_register() noexcept {
 inline constinit std::atomic<int> membarrier_state{0};
 
 [[gnu::cold, gnu::noinline]] inline int membarrier_decide() noexcept {
-  int mine = 0;
-  {
-    const errno_keeper keep;
-    mine = membarrier_register() ? 1 : 2;
-  }
+  const errno_keeper keep;
+  const int mine = membarrier_register() ? 1 : 2;
   int stored = 0;
   // Release publishes our registration to whoever reads 1; acquire on failure pairs
   // with the winner's release: its registration has returned.
