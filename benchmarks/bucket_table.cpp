@@ -11,6 +11,9 @@
 // with a std::mutex each (what parallel-hashmap does); tbb::concurrent_hash_map
 // (libtbb-dev) and libcuckoo (libcuckoo-dev) where installed.
 //
+// bucket_table/flood/samples:K: one thread creating entries that never come back, in a
+// full table: every creation evicts (K samples). Time per creation.
+//
 // bucket_table/hash/<hash>/<bytes>: one key hashed per iteration (the key changes
 // every time), keyed SipHash-1-3 beside FNV-1a and std::hash<std::string_view>.
 #include <benchmark/benchmark.h>
@@ -224,6 +227,40 @@ BENCHMARK(mix<tbb_map>)->Name("bucket_table/mix/tbb_concurrent_hash_map")->Apply
 #if defined(HOTPATH_HAVE_LIBCUCKOO)
 BENCHMARK(mix<cuckoo_map>)->Name("bucket_table/mix/libcuckoo")->Apply(mix_args);
 #endif
+
+// --- flood --------------------------------------------------------------------------
+
+// bucket_table/flood/samples:K: one thread creating entries for new keys that never
+// come back, as bogus first fragments do, in a table of 2048 buckets whose budget
+// holds one entry per bucket: once it is full, every creation evicts (samples K
+// buckets, removes the oldest entry seen). Time per creation; `evictions` per creation
+// checks that it evicted throughout.
+void flood(benchmark::State& state) {
+  using table = bucket_table<ipv4_key, queue>;
+  constexpr std::size_t buckets = 2048;
+  bucket_table_options o;
+  o.buckets = buckets;
+  o.budget = std::int64_t{fragment_bytes} * buckets;
+  o.eviction_samples = static_cast<unsigned>(state.range(0));
+  std::int64_t evicted = 0;
+  table t{o,
+          {.on_evict = [&](table::entry_view&) { ++evicted; }},
+          keyed_hash<ipv4_key>(shared_hash{}.h.key())};
+  std::uint32_t i = 0;
+  auto create = [&] {
+    const ipv4_key k{i, ~i, static_cast<std::uint16_t>(i), 17, 0};
+    ++i;
+    t.find_or_create(k, std::int64_t{i}, [](table::entry& e) { e.charge(fragment_bytes); });
+  };
+  while (i < 4 * buckets)  // full, and evicting
+    create();
+  const std::int64_t before = evicted;
+  for (auto _ : state)
+    create();
+  state.counters["evictions"] = benchmark::Counter(static_cast<double>(evicted - before) /
+                                                   static_cast<double>(state.iterations()));
+}
+BENCHMARK(flood)->Name("bucket_table/flood")->ArgName("samples")->Arg(8)->Arg(16);
 
 // --- hash cost ----------------------------------------------------------------------
 

@@ -890,32 +890,42 @@ class bucket_table {
     std::size_t lo = 0, size = 0;
     // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
     auto draw = [&] {
-      while (have < want && probes < max_probes) {
+      // In locals for the loops: through the closure's references they would live in
+      // memory, and every probe would wait on a store of the last one's counts.
+      unsigned n_have = have, n_probes = probes;
+      random_indices rng = pick;
+      while (n_have < want && n_probes < max_probes) {
         // Probes until as many non-empty buckets are found as are still wanted,
         // keeping them without a branch: whether a random bucket is empty cannot be
         // predicted. The probes' loads do not depend on one another, so their cache
         // misses overlap. (A hint, read without the lock: an empty bucket is not
         // worth its lock.)
         bucket* found[max_eviction_samples];
-        const unsigned need = want - have;
+        const unsigned need = want - n_have;
         unsigned n = 0;
-        while (n < need && probes < max_probes) {
-          std::size_t i = pick.next() & mask_;
+        while (n < need && n_probes < max_probes) {
+          std::size_t i = rng.next() & mask_;
           // Within the share: i scaled to its size (multiply and shift, no division).
           if (size != 0) i = lo + detail::scale(i, size, index_bits_);
           bucket* b = &buckets_[i];
-          ++probes;
+          ++n_probes;
           found[n] = b;
           n += b->head.load(std::memory_order_relaxed) != nullptr;
         }
         for (unsigned i = 0; i < n; ++i) {
           bucket& b = *found[i];
-          if (std::any_of(s, s + have, [&](const sample& x) { return x.b == &b; })) continue;
+          if (std::any_of(s, s + n_have, [&](const sample& x) { return x.b == &b; })) continue;
           // Relaxed: hints, checked under the lock before they decide (lower_hint()).
-          s[have++] = {&b, b.oldest.load(std::memory_order_relaxed),
-                       b.due.load(std::memory_order_relaxed), false};
+          s[n_have++] = {&b, b.oldest.load(std::memory_order_relaxed),
+                         b.due.load(std::memory_order_relaxed), false};
+          // Its first entry, where a walk of it would start. (Read again under the
+          // lock; a prefetch of a node freed meanwhile is harmless.)
+          __builtin_prefetch(b.head.load(std::memory_order_relaxed));
         }
       }
+      have = n_have;
+      probes = n_probes;
+      pick = rng;
     };
     // With shares, a charge for an entry of a share holding at least three quarters of
     // its part of the budget samples that share only (header comment, "Shares").
