@@ -232,8 +232,8 @@ BENCHMARK(mix<cuckoo_map>)->Name("bucket_table/mix/libcuckoo")->Apply(mix_args);
 
 // bucket_table/flood/samples:K: one thread creating entries for new keys that never
 // come back, as bogus first fragments do, in a table of 2048 buckets whose budget
-// holds one entry per bucket: once it is full, every creation evicts (samples K
-// buckets, removes the oldest entry seen). Time per creation; `evictions` per creation
+// holds about one entry per bucket (each is charged its fragment and its node): once
+// it is full, every creation evicts (samples K buckets, removes the oldest entry seen). Time per creation; `evictions` per creation
 // checks that it evicted throughout.
 void flood(benchmark::State& state) {
   using table = bucket_table<ipv4_key, queue>;

@@ -861,10 +861,11 @@ class bucket_table {
   // something, the samples in order of their last_used hint while one may hold an
   // entry older than the oldest found so far. Under a flood of entries that are never
   // touched again the hints are exact, and it locks and walks one bucket.
-  // Probes go in batches: a batch's buckets are prefetched before any is read, so that
-  // their cache misses overlap. (Random buckets, not a run of neighbours: evictions
-  // empty a run of its oldest entries, and the next run over it would then find only
-  // fresh ones, live entries among them.)
+  // Probes go in batches: a batch's buckets are all loaded before any is examined, so
+  // that their cache misses overlap, and the first entry of each kept sample is
+  // prefetched. (Random buckets, not a run of neighbours: evictions empty a run of its
+  // oldest entries, and the next run over it would then find only fresh ones, live
+  // entries among them.)
   // Holds at most three bucket locks (held, the best so far, the one scanned); all
   // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
   // depends on the data, which clang's thread-safety analysis cannot follow.)
@@ -901,6 +902,7 @@ class bucket_table {
         // misses overlap. (A hint, read without the lock: an empty bucket is not
         // worth its lock.)
         bucket* found[max_eviction_samples];
+        node* first[max_eviction_samples];  // their first entries, as loaded
         const unsigned need = want - n_have;
         unsigned n = 0;
         while (n < need && n_probes < max_probes) {
@@ -909,8 +911,10 @@ class bucket_table {
           if (size != 0) i = lo + detail::scale(i, size, index_bits_);
           bucket* b = &buckets_[i];
           ++n_probes;
+          node* const h = b->head.load(std::memory_order_relaxed);
           found[n] = b;
-          n += b->head.load(std::memory_order_relaxed) != nullptr;
+          first[n] = h;
+          n += h != nullptr;
         }
         for (unsigned i = 0; i < n; ++i) {
           bucket& b = *found[i];
@@ -919,8 +923,10 @@ class bucket_table {
           s[n_have++] = {&b, b.oldest.load(std::memory_order_relaxed),
                          b.due.load(std::memory_order_relaxed), false};
           // Its first entry, where a walk of it would start. (Read again under the
-          // lock; a prefetch of a node freed meanwhile is harmless.)
-          __builtin_prefetch(b.head.load(std::memory_order_relaxed));
+          // lock; a prefetch of a node freed meanwhile is harmless. Not loaded again
+          // here: under tests/support/schedule.hpp every atomic load is a scheduling
+          // point, and one more would change every seed's schedule.)
+          __builtin_prefetch(first[i]);
         }
       }
       have = n_have;
