@@ -947,6 +947,48 @@ TEST(DefragMemory, ChargedLikeTheKernelsTruesize) {
   EXPECT_EQ(h.e.snapshot().peak_memory_bytes, one + defrag::truesize(1500));
 }
 
+// The peak is sampled, not read at every fragment (engine.hpp, sample_peak()): after a
+// long plateau the samples back off, down to one every 256 fragments of a thread, and a
+// level held that long is still seen, wherever it falls between two samples.
+TEST(DefragMemory, APeakHeldFor256FragmentsIsSeenAfterAPlateau) {
+  const auto fs = cut(pattern(2000, 7), 1480);  // two fragments
+  ASSERT_EQ(fs.size(), 2u);
+  std::uint32_t id = 0;
+  auto next = [&] {
+    family f = fam(4);
+    f.set_id(++id);
+    return f;
+  };
+  std::int64_t one = 0;  // what a datagram holding its first fragment is charged
+  {
+    harness first({}, false);
+    first.feed(next().fragment(fs[0]));
+    one = first.e.snapshot().memory_bytes;
+    ASSERT_GT(one, 0);
+  }
+  for (int shift = 0; shift < 8; ++shift) {
+    SCOPED_TRACE(shift);
+    harness h({}, false);  // without twins: snapshot(), which notes the peak, at the end
+    const int plateau = 8000 + 32 * shift;  // twice as many fragments, at most one held
+    for (int k = 0; k < plateau; ++k)
+      h.feed(next(), fs);
+    std::vector<family> held;
+    for (int k = 0; k < 8; ++k) {
+      held.push_back(next());
+      h.feed(held.back().fragment(fs[0]));
+    }
+    for (int k = 0; k < 128; ++k)  // 256 fragments with 8 or 9 datagrams held
+      h.feed(next(), fs);
+    for (const family& f : held)
+      h.feed(f.fragment(fs[1]));
+    EXPECT_EQ(h.out.size(), static_cast<std::size_t>(plateau) + 128u + 8u);
+    const defrag::stats s = h.e.snapshot();
+    EXPECT_EQ(s.memory_bytes, 0);
+    EXPECT_GE(s.peak_memory_bytes, 8 * one);
+    EXPECT_LE(s.peak_memory_bytes, 9 * one);
+  }
+}
+
 TEST(DefragTime, TimeoutsAreCaptureTimeFromTheFirstFragment) {
   for (int v : {4, 6}) {
     const family f = fam(v);

@@ -480,19 +480,39 @@ class engine {
     inc(c);
     inc(counter::reasm_fails);
   }
-  // The peak is sampled (every 64th fragment of each thread, and at snapshot()):
-  // charged() reads every cpu's slot, too dear for every fragment. (Even so, a third of
-  // what two workers pay per packet beyond one; sampling less often blurred small
-  // captures' peaks 3-4x: docs/defrag.md, twelfth.)
+  // The peak is sampled (and read at snapshot()): charged() reads every cpu's reserve,
+  // a line the other workers write at each charge, too dear for every fragment. Every
+  // 64th fragment of each thread; after 16 samples in a row found no new peak, half as
+  // often, down to every 256th; a new peak brings it back to every 64th. (Every 64th
+  // was a third of what two workers far apart paid per packet beyond one; a fixed
+  // coarser period blurred small captures' peaks 3-4x, where this one backs off only
+  // after 1024 fragments of a thread: docs/defrag.md, twelfth and fifteenth.)
   void sample_peak() {
-    thread_local unsigned n = 0;
-    if ((++n & 63) == 0) note_peak(table_.charged());
+    struct sampler {
+      const engine* of = nullptr;  // a thread meeting another engine starts afresh
+      unsigned left = 64;          // fragments to the next sample
+      unsigned shift = 6;          // its period: 1 << shift
+      unsigned misses = 0;         // samples in a row that found no new peak
+    };
+    thread_local sampler t;
+    if (t.of != this) t = {this};
+    if (--t.left != 0) return;
+    if (note_peak(table_.charged())) {
+      t.shift = 6;
+      t.misses = 0;
+    } else if (++t.misses == 16 && t.shift < 8) {
+      ++t.shift;
+      t.misses = 0;
+    }
+    t.left = 1u << t.shift;
   }
-  void note_peak(std::int64_t m) const noexcept {
+  // True if m is a new peak.
+  bool note_peak(std::int64_t m) const noexcept {
     // Relaxed: a statistic; the CAS only keeps the maximum.
     std::int64_t p = peak_.load(std::memory_order_relaxed);
-    while (m > p && !peak_.compare_exchange_weak(p, m, std::memory_order_relaxed)) {
-    }
+    while (m > p)
+      if (peak_.compare_exchange_weak(p, m, std::memory_order_relaxed)) return true;
+    return false;
   }
 
   const config initial_;
