@@ -333,16 +333,18 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
     EXPECT_EQ(h[counter::malformed], 1);
   }
   {
-    // Two atomic fragment headers in a row: both go.
+    // Two atomic fragment headers in a row: the first goes, the second drops the packet
+    // (Linux: IP6SKB_FRAGMENTED, InHdrErrors; kernel-probes1's p6nestatom).
     harness h;
     h.feed(v6_raw(44, cat(cat(frag_header(44, 0, false, 1), frag_header(17, 0, false, 2)), udp)));
-    ASSERT_EQ(h.out.size(), 1u);
-    EXPECT_EQ(h.out[0], v6_raw(17, udp));
-    EXPECT_EQ(h[counter::reasm_oks], 2);
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::reasm_oks], 1);
+    EXPECT_EQ(h[counter::malformed], 1);
+    EXPECT_EQ(h[counter::fragments_in], 1);
   }
   {
-    // A reassembled datagram that starts with a fragment header (nested fragmentation):
-    // the inner one is reassembled too, with the inner fragments that come later.
+    // A reassembled datagram that starts with a fragment header (nested fragmentation,
+    // p6nestin): dropped, and the inner fragments that come later never complete.
     const bytes inner_a = cat(frag_header(17, 0, true, 9), bytes(udp.begin(), udp.begin() + 16));
     const bytes inner_b = cat(frag_header(17, 16, false, 9), bytes(udp.begin() + 16, udp.end()));
     // inner_a travels in two outer fragments (id 7); inner_b unfragmented.
@@ -351,10 +353,28 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
         v6_raw(44, cat(frag_header(44, 0, true, 7), bytes(inner_a.begin(), inner_a.begin() + 16))));
     h.feed(
         v6_raw(44, cat(frag_header(44, 16, false, 7), bytes(inner_a.begin() + 16, inner_a.end()))));
-    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::reasm_oks], 1);
+    EXPECT_EQ(h[counter::malformed], 1);
     h.feed(v6_raw(44, inner_b));
+    EXPECT_TRUE(h.out.empty());
+    EXPECT_EQ(h[counter::reasm_oks], 1);
+    EXPECT_GT(h.e.snapshot().memory_bytes, 0);  // inner_b waits for a first fragment
+  }
+  {
+    // An atomic fragment whose upper-layer header is cut short: Linux lets it through
+    // (the check for a truncated first fragment comes after) and UDP judges it.
+    harness h;
+    const bytes short_udp(udp.begin(), udp.begin() + 4);
+    h.feed(v6_raw(44, cat(frag_header(17, 0, false, 3), short_udp)));
     ASSERT_EQ(h.out.size(), 1u);
-    EXPECT_EQ(h.out[0], v6_raw(17, udp));
+    EXPECT_EQ(h.out[0], v6_raw(17, short_udp));
+    EXPECT_EQ(h[counter::reasm_oks], 1);
+    EXPECT_EQ(h[counter::malformed], 0);
+    // The same bytes as a first fragment (more to come): dropped (RFC 8200 4.5).
+    harness g;
+    g.feed(v6_raw(44, cat(frag_header(17, 0, true, 3), bytes(udp.begin(), udp.begin() + 8))));
+    g.feed(v6_raw(44, cat(frag_header(6, 0, true, 4), bytes(udp.begin(), udp.begin() + 16))));
+    EXPECT_EQ(g[counter::malformed], 1);  // TCP's 20 bytes are not all there
   }
   {
     // Hop-by-hop options anywhere but first: dropped.
@@ -403,8 +423,8 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
     EXPECT_EQ(h.out[0], v6_raw(0, cat(bytes{17, 0, 1, 4, 0, 0, 0, 0}, udp)));
   }
   {
-    // A datagram reassembled inside three atomic fragment headers is three levels deep:
-    // at the depth limit it is counted malformed, not delivered (a view too).
+    // Three atomic fragment headers around each fragment: the second one drops it
+    // (above), counted malformed; nothing reaches the inner reassembly (a view too).
     auto wrapped = [&](std::uint32_t offset, bool mf, const bytes& part) {
       bytes inner = cat(frag_header(17, offset, mf, 5), part);
       for (std::uint32_t id : {1u, 2u, 3u})
@@ -415,7 +435,9 @@ TEST(DefragPassthrough, WhatAFragmentHeaderReleasesGoesThroughIpv6InputAgain) {
     h.feed(wrapped(0, true, bytes(udp.begin(), udp.begin() + 16)));
     h.feed(wrapped(16, false, bytes(udp.begin() + 16, udp.end())));
     EXPECT_TRUE(h.out.empty());
-    EXPECT_EQ(h[counter::malformed], 1);
+    EXPECT_EQ(h[counter::malformed], 2);
+    EXPECT_EQ(h[counter::reasm_oks], 2);
+    EXPECT_EQ(h.e.snapshot().memory_bytes, 0);
   }
 }
 

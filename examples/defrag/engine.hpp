@@ -310,8 +310,10 @@ class engine {
  private:
   // Linux hands the packet that an IPv6 fragment header released (an atomic fragment,
   // or a reassembled datagram) back to the IPv6 input path: a malformed header after
-  // it drops it, another fragment header is reassembled again. So do we, up to a
-  // depth (each level strips 8 bytes; beyond it the packet is counted malformed).
+  // it drops it, and so does another fragment header (ipv6_frag_rcv() refuses a packet
+  // marked IP6SKB_FRAGMENTED, counting InHdrErrors: here, malformed). So do we; the
+  // depth bounds the recursion all the same (each level strips 8 bytes; beyond it the
+  // packet is counted malformed).
   static constexpr unsigned max_depth = 4;
 
   template <class Out>
@@ -319,6 +321,8 @@ class engine {
               bool borrowed, std::uint32_t released_at = 0) {
     packet_info pi;
     if (parse(ip, pi, released_at) != parse_status::ok) return inc(counter::malformed);
+    // A fragment header after one already processed (see max_depth); not ReasmReqds.
+    if (depth > 0 && (pi.atomic || pi.fragment)) return inc(counter::malformed);
     if (pi.atomic) {               // ipv6_frag_rcv lets it through, counted ReasmOKs
       inc(counter::fragments_in);  // and ReasmReqds (snapshot())
       inc(counter::reasm_oks);

@@ -170,7 +170,11 @@ inline parse_status parse_v6(std::span<const std::uint8_t> ip, packet_info& pi,
   pi.payload_off = pos + 8;
   pi.fragment = pi.offset != 0 || pi.more;
   pi.atomic = !pi.fragment;
-  if (pi.offset == 0 && v6_first_fragment_truncated(ip, pos, 44)) return parse_status::malformed;
+  // RFC 8200 4.5: a first fragment must hold every header up to the upper-layer one.
+  // Not an atomic fragment: ipv6_frag_rcv() lets it through before that check, and the
+  // upper layer judges it.
+  if (pi.more && pi.offset == 0 && v6_first_fragment_truncated(ip, pos, 44))
+    return parse_status::malformed;
   pi.key.family = 6;
   pi.key.id = load_be32(h + pos + 4);
   std::memcpy(pi.key.addr, h + 8, 32);

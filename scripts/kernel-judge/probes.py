@@ -89,4 +89,24 @@ def cases(seed):
     # Many small fragments (delivered).
     add(4, "p4tiny", 8000, lambda b: [(o, min(o + 64, len(b))) for o in range(0, len(b), 64)])
     add(6, "p6tiny", 8000, lambda b: [(o, min(o + 64, len(b))) for o in range(0, len(b), 64)][::-1])
+    # A fragment header after one that was processed (an atomic fragment's, or inside a
+    # reassembled datagram): Linux drops the packet (IP6SKB_FRAGMENTED; refused, all three).
+    from scapy.all import IPv6, IPv6ExtHdrFragment, Raw
+
+    from kernel_judge import DST6, SRC6
+
+    def nested(name, size, build):
+        ident = sport = 20001 + len(out)
+        body = udp(6, name, size, sport, rng)
+        fh = lambda nh, off, more, i=ident: IPv6ExtHdrFragment(nh=nh, id=i, offset=off // 8, m=int(more))
+        out.append((name, [IPv6(src=SRC6, dst=DST6) / h / Raw(d) for h, d in build(body, fh)]))
+
+    nested("p6nestatom", 1000, lambda b, fh: [(fh(44, 0, False) / fh(17, 0, False, 7), b)])
+    def carried(b, fh):  # a datagram whose payload starts with an atomic fragment's header
+        d = bytes(fh(17, 0, False, 7)) + b
+        return [(fh(44, o, o + G < len(d)), d[o:o + G]) for o in range(0, len(d), G)]
+
+    nested("p6nestin", 2000, carried)
+    nested("p6nestfirst", 2000, lambda b, fh: [(fh(44, 0, False) / fh(17, 0, True), b[:G]),
+                                                (fh(17, G, False), b[G:])])
     return out
