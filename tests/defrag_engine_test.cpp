@@ -21,6 +21,30 @@
 #include <utility>
 #include <vector>
 
+// Allocation failure on demand, for DefragMemory.AFragmentNotTakenForWantOfMemory...:
+// the replaceable global operator new fails once when this thread's countdown reaches 0.
+namespace {
+thread_local long allocations_until_failure = -1;  // -1: never
+}  // namespace
+void* operator new(std::size_t n) {
+  if (allocations_until_failure >= 0 && allocations_until_failure-- == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push  // GCC pairs the malloc above with operator new, not with free
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 namespace {
 
 using bytes = std::vector<std::uint8_t>;
@@ -1008,6 +1032,50 @@ TEST(DefragMemory, APeakHeldFor256FragmentsIsSeenAfterAPlateau) {
     EXPECT_EQ(s.memory_bytes, 0);
     EXPECT_GE(s.peak_memory_bytes, 8 * one);
     EXPECT_LE(s.peak_memory_bytes, 9 * one);
+  }
+}
+
+// A fragment the engine cannot take for want of memory (an allocation throws) is as if
+// it never came, for every policy: its charge given back, the datagram's pieces and
+// length as they were. Here a bogus last fragment that would have fixed the length (and
+// killed the datagram when the next fragment passed it) fails as the ninth piece, when
+// the piece list first needs the heap; the datagram then completes without it.
+TEST(DefragMemory, AFragmentNotTakenForWantOfMemoryIsAsIfItNeverCame) {
+  for (const policy pol : {policy::linux, policy::first, policy::bsd}) {
+    SCOPED_TRACE(static_cast<int>(pol));
+    defrag::config c;
+    c.pol = pol;
+    const bytes payload = pattern(1000, 11);
+    const auto small = cut(bytes(payload.begin(), payload.begin() + 512), 64);  // 8, all MF
+    ASSERT_EQ(small.size(), 8u);
+    const frag bogus{512, false, bytes(8, 0xEE)};  // a last fragment ending at 520
+    const frag rest{512, false, bytes(payload.begin() + 512, payload.end())};
+    const family f = fam(4);
+    bool failed = false;
+    for (long k = 0; !failed && k < 16; ++k) {
+      harness h(c, false);
+      for (frag x : small) {
+        x.mf = true;
+        h.feed(f.fragment(x));
+      }
+      const std::int64_t before = h.e.snapshot().memory_bytes;
+      const bytes packet = f.fragment(bogus);
+      allocations_until_failure = k;  // counting the engine's allocations only
+      try {
+        h.e.input(0, packet, [&](std::span<const std::uint8_t>) { ADD_FAILURE(); });
+      } catch (const std::bad_alloc&) {
+        failed = true;
+      }
+      allocations_until_failure = -1;
+      if (!failed) continue;  // taken: it needed fewer than k + 1 allocations
+      EXPECT_EQ(h.e.snapshot().memory_bytes, before);
+      EXPECT_EQ(h.e.held_bytes(), before);
+      h.feed(f.fragment(rest));
+      ASSERT_EQ(h.out.size(), 1u);
+      EXPECT_EQ(h.out[0], f.whole(payload));
+      EXPECT_EQ(h.e.snapshot().memory_bytes, 0);
+    }
+    EXPECT_TRUE(failed) << "no allocation to fail: the test proves nothing";
   }
 }
 

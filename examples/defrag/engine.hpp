@@ -352,7 +352,14 @@ class engine {
         if (e.value().fragments() == 0) e.erase();
         return {outcome::dropped, why::none};
       }
-      add_result r = e.value().add(pi, ip, pol, max_fragments, borrowed);
+      add_result r;
+      try {
+        r = e.value().add(pi, ip, pol, max_fragments, borrowed);
+      } catch (...) {  // out of memory: the datagram is as it was (add()), so is its charge
+        e.charge(-cost);
+        if (e.value().fragments() == 0) e.erase();
+        throw;
+      }
       switch (r.what) {
         case outcome::queued:
           break;

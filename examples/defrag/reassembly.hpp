@@ -385,7 +385,15 @@ class datagram {
     if (pol == policy::linux && nfrags_ >= max_fragments)
       return {outcome::dropped, why::too_many_fragments};
     if (pi.family == 6 && end > max_ip_len) return {outcome::dropped, why::too_long};
-    // Length rules of ip_frag_queue / ip6_frag_queue.
+    // Length rules of ip_frag_queue / ip6_frag_queue. They change len_ and last_in_
+    // first, as the kernel does; a fragment not taken for want of memory, or past the
+    // piece bound, puts them back (below): as if it never came.
+    const std::uint32_t len_was = len_;
+    const bool last_was = last_in_;
+    auto forget = [&] {
+      len_ = len_was;
+      last_in_ = last_was;
+    };
     if (!pi.more) {
       if (end < len_ || (last_in_ && end != len_)) return {outcome::killed, why::bad_length};
       last_in_ = true;
@@ -403,25 +411,35 @@ class datagram {
     }
     if (end == off) return {outcome::killed, why::zero_length};
 
-    // Taken before anything changes, so that a failed allocation leaves the datagram
-    // as it was; given back if the fragment is not kept.
+    // Allocations before the pieces change (the copy, writes_'s room, iv_'s growth,
+    // each the first change it makes), so that one failing leaves the pieces as they
+    // were; the copy is given back if the fragment is not kept.
     block_holder copy;
     const std::uint8_t* base = ip.data();
-    if (!borrowed) base = copy.fill(ip.first(pi.length));
-    const std::uint8_t* data = base + pi.payload_off;
+    const std::uint8_t* data = nullptr;
     bool first_wins = false;
+    interval survivors[2 * kMaxSurvivors];  // target-based: the parts the fragment wins
+    std::size_t n = 0;
+    try {
+      if (!borrowed) base = copy.fill(ip.first(pi.length));
+      data = base + pi.payload_off;
+      if (pol == policy::linux) {
+        writes_.reserve(writes_.size() + 1);
+        outcome o = insert_linux(off, end);
+        if (o != outcome::queued) return {o, o == outcome::killed ? why::overlap : why::none};
+      } else if (!insert_target(pol, off, end, survivors, n, r.overlapped, max_fragments)) {
+        forget();
+        return {outcome::dropped, why::too_many_fragments};
+      }
+    } catch (...) {
+      forget();
+      throw;
+    }
     if (pol == policy::linux) {
-      writes_.reserve(writes_.size() + 1);
-      outcome o = insert_linux(off, end);
-      if (o != outcome::queued) return {o, o == outcome::killed ? why::overlap : why::none};
-      writes_.push_back({off, end, data});
+      writes_.push_back({off, end, data});  // room reserved above
       meat_ += end - off;
       first_wins = off == 0;
     } else {
-      interval survivors[2 * kMaxSurvivors];
-      std::size_t n = 0;
-      if (!insert_target(pol, off, end, survivors, n, r.overlapped, max_fragments))
-        return {outcome::dropped, why::too_many_fragments};
       if (n == 0) return {outcome::duplicate, why::none};
       // Applied in arrival order by build(): a later fragment's survivors overwrite
       // what it won from earlier ones.
