@@ -311,9 +311,9 @@ class engine {
   // Linux hands the packet that an IPv6 fragment header released (an atomic fragment,
   // or a reassembled datagram) back to the IPv6 input path: a malformed header after
   // it drops it, and so does another fragment header (ipv6_frag_rcv() refuses a packet
-  // marked IP6SKB_FRAGMENTED, counting InHdrErrors: here, malformed). So do we; the
-  // depth bounds the recursion all the same (each level strips 8 bytes; beyond it the
-  // packet is counted malformed).
+  // marked IP6SKB_FRAGMENTED, counting InHdrErrors: here, malformed). So do we: what a
+  // fragment header released is handled at depth 1 and never deeper. max_depth stays
+  // a bound on the recursion should that rule change (beyond it: malformed).
   static constexpr unsigned max_depth = 4;
 
   template <class Out>
@@ -500,13 +500,20 @@ class engine {
   // after 1024 fragments of a thread: docs/defrag.md, twelfth and fifteenth.)
   void sample_peak() {
     struct sampler {
-      const engine* of = nullptr;  // a thread meeting another engine starts afresh
-      unsigned left = 64;          // fragments to the next sample
-      unsigned shift = 6;          // its period: 1 << shift
-      unsigned misses = 0;         // samples in a row that found no new peak
+      std::uint64_t of = 0;  // the engine's serial_ (an address can be reused)
+      unsigned left = 64;    // fragments to the next sample
+      unsigned shift = 6;    // its period: 1 << shift
+      unsigned misses = 0;   // samples in a row that found no new peak
     };
     thread_local sampler t;
-    if (t.of != this) t = {this};
+    if (t.of != serial_) {
+      // Another engine: every 64th again. The count goes on, so that a thread feeding
+      // engines by turns still samples each of them.
+      t.of = serial_;
+      t.left = std::min(t.left, 64u);
+      t.shift = 6;
+      t.misses = 0;
+    }
     if (--t.left != 0) return;
     if (note_peak(table_.charged())) {
       t.shift = 6;
@@ -534,6 +541,11 @@ class engine {
   std::array<hotpath::percpu_stats<stats_group>, (ncounters + stats_group - 1) / stats_group>
       stats_;
   alignas(hotpath::cache_line_size) mutable std::atomic<std::int64_t> peak_{0};
+  // Tells engines apart for sample_peak()'s per-thread state.
+  const std::uint64_t serial_ = [] {
+    static std::atomic<std::uint64_t> made{0};
+    return made.fetch_add(1, std::memory_order_relaxed) + 1;  // relaxed: only distinct
+  }();
   table_type table_;
 };
 
