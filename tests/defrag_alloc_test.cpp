@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/alloc_hook.hpp"
+#include "support/defrag_packets.hpp"
 
 namespace {
 
@@ -22,15 +23,7 @@ using defrag::policy;
 
 // An IPv4 packet from 10.77.0.1 to 10.77.0.2, UDP, id 1: payload at `offset`.
 bytes v4(std::uint32_t offset, bool mf, std::span<const std::uint8_t> payload) {
-  bytes p(20 + payload.size());
-  const std::uint8_t head[20] = {0x45, 0, 0,  0,  0, 1, 0,  0,  64, 17,
-                                 0,    0, 10, 77, 0, 1, 10, 77, 0,  2};
-  std::copy(std::begin(head), std::end(head), p.begin());
-  defrag::store_be16(&p[2], static_cast<std::uint16_t>(p.size()));
-  defrag::store_be16(&p[6], static_cast<std::uint16_t>((mf ? 0x2000 : 0) | offset / 8));
-  defrag::store_be16(&p[10], defrag::checksum_fold(defrag::checksum_add({p.data(), 20})));
-  std::copy(payload.begin(), payload.end(), p.begin() + 20);
-  return p;
+  return hotpath::test::defrag_packets::v4_packet({}, offset, mf, {payload.begin(), payload.end()});
 }
 
 // A fragment the engine cannot take for want of memory (an allocation throws out of

@@ -352,12 +352,16 @@ class engine {
         if (e.value().fragments() == 0) e.erase();
         return {outcome::dropped, why::none};
       }
+      // The fragment is not kept: its charge back, and an entry holding nothing goes.
+      auto not_kept = [&] {
+        e.charge(-cost);
+        if (e.value().fragments() == 0) e.erase();
+      };
       add_result r;
       try {
         r = e.value().add(pi, ip, pol, max_fragments, borrowed);
-      } catch (...) {  // out of memory: the datagram is as it was (add()), so is its charge
-        e.charge(-cost);
-        if (e.value().fragments() == 0) e.erase();
+      } catch (...) {  // out of memory: the datagram is as it was (add())
+        not_kept();
         throw;
       }
       switch (r.what) {
@@ -369,8 +373,7 @@ class engine {
           break;
         case outcome::duplicate:
         case outcome::dropped:
-          e.charge(-cost);
-          if (e.value().fragments() == 0) e.erase();
+          not_kept();
           break;
         case outcome::killed:
           e.erase();
