@@ -20,7 +20,10 @@
 // (a thread_local hook); slots live in a grow-only list and are reused, so
 // registering never blocks and a writer never waits for an exited thread. A section
 // opened after the hook ran (another thread_local's destructor reading under RCU)
-// takes a slot and gives it back at its outermost unlock().
+// takes a slot and gives it back at its outermost unlock(). lock() is noexcept and
+// never fails: where no slot is free and none can be allocated (out of memory), the
+// section takes one of a few reserve slots built into the domain and gives it back at
+// its outermost unlock(), waiting only if every reserve slot is in a section.
 //
 // fork() is handled as liburcu does (detail/fork.hpp): in the child, readers of
 // threads that did not survive the fork no longer hold up grace periods.
@@ -191,6 +194,8 @@ class basic_rcu_domain {
 
  private:
   basic_rcu_domain() noexcept {
+    for (reader& r : reserve_)
+      r.in_use.store(false, std::memory_order_relaxed);  // before the domain is shared
     detail::membarrier_available();
     detail::at_fork(&prepare_fork, &parent_after_fork, &child_after_fork);
   }
@@ -223,11 +228,12 @@ class basic_rcu_domain {
   static void child_after_fork() noexcept {
     basic_rcu_domain& d = instance();
     const reader* mine = local().rec;
-    for (reader* r = d.readers_.load(std::memory_order_relaxed); r != nullptr; r = r->next) {
-      if (r == mine) continue;
-      r->ctr.store(0, std::memory_order_relaxed);
-      r->in_use.store(false, std::memory_order_relaxed);
-    }
+    d.for_each_reader([&](reader& r) {
+      if (&r == mine) return true;
+      r.ctr.store(0, std::memory_order_relaxed);
+      r.in_use.store(false, std::memory_order_relaxed);
+      return true;
+    });
     switch (std::exchange(d.fork_hold_, fork_hold::none)) {
       case fork_hold::taken:
         d.reclaim_mutex_.unlock();
@@ -254,7 +260,8 @@ class basic_rcu_domain {
     bool reclaiming = false;
     bool exited = false;       // the exit hook has run (thread_local destruction)
     bool poll_due = false;     // a retire inside a section found a batch to start
-    bool unlock_work = false;  // exited || poll_due: the outermost unlock() has more to do
+    bool reserve = false;      // rec is a reserve slot, held for this section only
+    bool unlock_work = false;  // exited || poll_due || reserve: more for the outermost unlock()
   };
   static thread_state& local() noexcept { return detail::policy_local<Policy, thread_state>(); }
 
@@ -273,14 +280,17 @@ class basic_rcu_domain {
     }
   };
 
-  // The outermost unlock() of a thread past its exit hook, or with a poll due.
+  // The outermost unlock() of a thread past its exit hook, or in a reserve slot, or
+  // with a poll due.
   [[gnu::noinline, gnu::cold]] void unlock_slow(thread_state& s) noexcept {
     if (reader* r = s.rec) {
       r->ctr.store(0, std::memory_order_release);  // as in unlock()
-      if (s.exited) {
-        // No exit hook will run again: give the slot back now.
+      if (s.exited || s.reserve) {
+        // No exit hook will run again, or the slot was lent for this section: give it
+        // back now.
         r->in_use.store(false, std::memory_order_release);  // read by claim_slot()
         s.rec = nullptr;
+        s.reserve = false;
       }
     }
     // Our section is over: a batch started now does not wait for it.
@@ -295,21 +305,34 @@ class basic_rcu_domain {
     // Past the exit hook (another thread_local's destructor reads under RCU): take a
     // slot for this section only; unlock_slow() gives it back.
     if (!s.exited) (void)detail::policy_local<Policy, exit_hook>();
-    s.rec = claim_slot();
-    return s.rec;
+    for (unsigned n = 0;;) {
+      if ((s.rec = claim_slot()) != nullptr) return s.rec;
+      // Out of memory: a reserve slot for this section, else wait for one. A reserve
+      // slot is held for one section, so this waits only while every one of them is.
+      for (reader& r : reserve_) {
+        if (claim(r)) {
+          s.reserve = s.unlock_work = true;
+          return s.rec = &r;
+        }
+      }
+      if (!wait::relax(n)) std::this_thread::yield();
+    }
   }
 
+  static bool claim(reader& r) noexcept {
+    bool expected = false;
+    // Acquire pairs with the release stores of false in exit_hook and unlock_slow().
+    return !r.in_use.load(std::memory_order_relaxed) &&
+           r.in_use.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                            std::memory_order_relaxed);
+  }
+
+  // A free slot of the list, else a new one; null when none can be allocated.
   reader* claim_slot() noexcept {
-    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
-      bool expected = false;
-      // Acquire pairs with the release store of false in exit_hook.
-      if (!r->in_use.load(std::memory_order_relaxed) &&
-          r->in_use.compare_exchange_strong(expected, true, std::memory_order_acquire,
-                                            std::memory_order_relaxed)) {
-        return r;
-      }
-    }
-    auto* r = new reader;
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next)
+      if (claim(*r)) return r;
+    auto* r = new (std::nothrow) reader;
+    if (r == nullptr) return nullptr;
     reader* head = readers_.load(std::memory_order_relaxed);
     do {
       r->next = head;
@@ -334,25 +357,33 @@ class basic_rcu_domain {
     return c == 0 || c >= t;
   }
 
-  bool readers_passed(std::uint64_t t) const noexcept {
-    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
-      if (!passed(*r, t)) return false;
-    }
+  // Calls f(reader&) for the list's slots, then the reserve slots, while it returns true.
+  template <class F>
+  bool for_each_reader(F&& f) {
+    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next)
+      if (!f(*r)) return false;
+    for (reader& r : reserve_)
+      if (!f(r)) return false;
     return true;
   }
 
+  bool readers_passed(std::uint64_t t) noexcept {
+    return for_each_reader([&](const reader& r) { return passed(r, t); });
+  }
+
   void wait_for_readers(std::uint64_t t) noexcept {
-    for (reader* r = readers_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+    for_each_reader([&](const reader& r) {
       unsigned n = 0;
       auto nap = std::chrono::microseconds(10);
-      while (!passed(*r, t)) {
+      while (!passed(r, t)) {
         // Readers never wake anybody (that would cost them): spin, yield, then nap.
         if (!wait::relax(n)) {
           std::this_thread::sleep_for(nap);
           if (nap < std::chrono::milliseconds(1)) nap *= 2;
         }
       }
-    }
+      return true;
+    });
   }
 
   // Takes every pending node, oldest first. Caller holds reclaim_mutex_.
@@ -408,6 +439,9 @@ class basic_rcu_domain {
   static constexpr bool policy_fences = requires { Policy::light_fence(); };
   const bool membarrier_ = !policy_fences && detail::membarrier_available();
   atomic<reader*> readers_{nullptr};
+  // Lent for one section when no slot can be allocated (register_thread()).
+  static constexpr std::size_t reserve_slots = 4;
+  reader reserve_[reserve_slots];
   alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
   atomic<std::size_t> pending_count_{0};
   std::mutex reclaim_mutex_;

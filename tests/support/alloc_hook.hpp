@@ -5,7 +5,8 @@
 //   alloc_hook::count()       allocations by this thread so far
 //   alloc_hook::fail_after(k) this thread's allocation after the next k throws bad_alloc
 //                             (errno ENOMEM, as a real failure leaves it)
-//   alloc_hook::no_failure()  cancels that
+//   alloc_hook::fail_all()    every allocation of this thread throws, until:
+//   alloc_hook::no_failure()  cancels either
 //   alloc_hook::failures()    allocations of this thread that were made to fail
 // Counters are per thread (plain thread_locals, async-signal-safe to read), so a
 // signal handler's allocations are counted on the thread it interrupts.
@@ -22,6 +23,7 @@ namespace hotpath::test::alloc_hook {
 inline thread_local std::uint64_t allocations = 0;
 inline thread_local std::int64_t countdown = -1;  // < 0: no failure planned
 inline thread_local std::uint64_t failed = 0;
+inline thread_local bool failing = false;
 
 inline std::uint64_t count() noexcept {
   return allocations;
@@ -32,13 +34,17 @@ inline std::uint64_t failures() noexcept {
 inline void fail_after(std::int64_t k) noexcept {
   countdown = k;
 }
+inline void fail_all() noexcept {
+  failing = true;
+}
 inline void no_failure() noexcept {
   countdown = -1;
+  failing = false;
 }
 
 inline void* allocate(std::size_t n, std::size_t align) {
   ++allocations;
-  if (countdown >= 0 && countdown-- == 0) {
+  if (failing || (countdown >= 0 && countdown-- == 0)) {
     ++failed;
     errno = ENOMEM;  // as malloc() leaves it when operator new fails for real
     throw std::bad_alloc();
