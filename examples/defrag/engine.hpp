@@ -325,9 +325,15 @@ class engine {
     if (depth > 0 && (pi.atomic || pi.fragment)) return inc(counter::malformed);
     if (pi.atomic) {               // ipv6_frag_rcv lets it through, counted ReasmOKs
       inc(counter::fragments_in);  // and ReasmReqds (snapshot())
-      inc(counter::reasm_oks);
       std::span<const std::uint8_t> pkt;
-      byte_buffer b = strip_atomic_fragment(pi, ip, pkt);
+      byte_buffer b;
+      try {
+        b = strip_atomic_fragment(pi, ip, pkt);
+      } catch (...) {  // out of memory: lost, as below
+        inc(counter::reasm_fails);
+        throw;
+      }
+      inc(counter::reasm_oks);
       return deliver(now_ns, pkt, out, depth, pi.header_len);
     }
     if (!pi.fragment) {
@@ -390,22 +396,34 @@ class engine {
       case outcome::queued:
         return;
       case outcome::complete: {
+        datagram_view v;
+        bool viewed = false;
+        std::span<const std::uint8_t> pkt;
+        byte_buffer b;
+        try {
+          if constexpr (takes_view<Out>) {
+            // Handed out as header + pieces, no copy, when the host would deliver it
+            // as it is: IPv4, or IPv6 whose payload starts with an upper-layer header
+            // (one that parse() would not walk into: see deliver()).
+            viewed = (done.family() == 4 ||
+                      (!reparsed_v6(done.payload_nexthdr()) && depth + 1 < max_depth)) &&
+                     done.view(v);
+          }
+          if (!viewed) b = done.build(pkt);
+        } catch (...) {
+          // Out of memory: the datagram, out of the table, is lost. Linux counts
+          // ReasmFails when it cannot allocate the reassembled packet (ip_frag_reasm).
+          inc(counter::reasm_fails);
+          throw;
+        }
         inc(counter::reasm_oks);
         if constexpr (takes_view<Out>) {
-          // Handed out as header + pieces, no copy, when the host would deliver it as
-          // it is: IPv4, or IPv6 whose payload starts with an upper-layer header (one
-          // that parse() would not walk into: see deliver()).
-          datagram_view v;
-          const bool as_is =
-              done.family() == 4 || (!reparsed_v6(done.payload_nexthdr()) && depth + 1 < max_depth);
-          if (as_is && done.view(v)) {
+          if (viewed) {
             inc(counter::datagrams_out);
             out(std::as_const(v));
             return;
           }
         }
-        std::span<const std::uint8_t> pkt;
-        const byte_buffer b = done.build(pkt);
         return deliver(now_ns, pkt, out, depth, done.header_len());
       }
       case outcome::duplicate:

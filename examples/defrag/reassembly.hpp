@@ -193,9 +193,9 @@ class buffer_pool {
         return l.items[--l.n];
       }
     }
-    void* p = std::malloc(std::size_t{1} << shift);
-    if (!p) throw std::bad_alloc();
-    return static_cast<std::uint8_t*>(p);
+    // operator new, not malloc: a program that replaces it (an allocator, a test
+    // failing allocations on purpose) sees these too.
+    return static_cast<std::uint8_t*>(::operator new (std::size_t{1} << shift));
   }
   static void give(std::uint8_t* p, unsigned shift) noexcept {
     if (!p) return;
@@ -208,7 +208,7 @@ class buffer_pool {
         return;
       }
     }
-    std::free(p);
+    ::operator delete(p);
   }
 
  private:
@@ -223,7 +223,7 @@ class buffer_pool {
     ~pool() {
       for (list& l : lists)
         while (l.n > 0)
-          std::free(l.items[--l.n]);
+          ::operator delete(l.items[--l.n]);
     }
   };
   static pool& local() noexcept {
