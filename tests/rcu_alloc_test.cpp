@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // rcu_domain when memory runs out: a thread's first read-side section needs a reader
-// slot, and lock() is noexcept. Where none is free and none can be allocated, the
-// section takes a reserve slot, which writers wait for like any other. A program of
-// its own, because it replaces operator new (support/alloc_hook.hpp).
+// slot, and lock() is noexcept and never waits. Where none is free and none can be
+// allocated, the section takes a reserve slot, or with every reserve slot in a
+// section is counted apart; writers wait for both. A program of its own, because it
+// replaces operator new (support/alloc_hook.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -32,8 +33,7 @@ class slot_holders {
       threads_.emplace_back([this, &in] {
         { std::scoped_lock<rcu_domain> section(rcu_default_domain()); }
         in.store(true);
-        while (!release_.load())
-          std::this_thread::yield();
+        release_.wait(false);
       });
       while (!in.load())
         std::this_thread::yield();
@@ -42,6 +42,7 @@ class slot_holders {
   }
   ~slot_holders() {
     release_.store(true);
+    release_.notify_all();
     for (std::thread& t : threads_)
       t.join();
   }
@@ -50,6 +51,28 @@ class slot_holders {
   std::atomic<bool> release_{false};
   std::vector<std::thread> threads_;
 };
+
+// Starts a writer (rcu_synchronize()) while a reader is in a section, waits until the
+// writer is in rcu_synchronize() and a while more, then calls release(), after which
+// the reader sets `leaving` inside its section and ends it. True if the writer
+// returned before `leaving` was set: a grace period ended inside the section.
+template <class Release>
+bool writer_returned_inside(const std::atomic<bool>& leaving, Release&& release) {
+  std::atomic<bool> started{false}, early{false};
+  std::thread writer([&] {
+    started.store(true);
+    rcu_synchronize();
+    early.store(!leaving.load());
+  });
+  while (!started.load())
+    std::this_thread::yield();
+  // Long enough for a writer that does not wait to return; a writer that does wait
+  // cannot fail however long this takes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  release();
+  writer.join();
+  return early.load();
+}
 
 // The first section of a thread that cannot allocate a slot runs in a reserve slot,
 // and a grace period waits for it: rcu_synchronize() returns only after the section
@@ -76,19 +99,10 @@ TEST(RcuAlloc, FirstSectionWithoutMemoryHoldsOffGracePeriods) {
   });
   while (!in.load())
     std::this_thread::yield();
-  std::atomic<bool> returned_early{true};
-  std::thread writer([&] {
-    rcu_synchronize();
-    returned_early.store(!left.load());
-  });
-  // Long enough for a writer that does not wait to return; a writer that does wait
-  // cannot fail however long this takes.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  go.store(true);
-  writer.join();
+  EXPECT_FALSE(writer_returned_inside(left, [&] { go.store(true); }))
+      << "a grace period ended inside the section";
   reader.join();
   EXPECT_GE(failures, 1u) << "no allocation was attempted: a free slot was reused";
-  EXPECT_FALSE(returned_early.load()) << "a grace period ended inside the section";
   EXPECT_EQ(slots_after, slots_before + 1);
 }
 
@@ -136,9 +150,51 @@ TEST(RcuAlloc, MoreSectionsWithoutMemoryThanReserveSlots) {
   delete current.load();
   EXPECT_EQ(ran.load(), threads * sections);
   EXPECT_EQ(dead.load(), 0) << "a value was reclaimed inside a section";
-  // Every section of every thread allocated nothing: each first one (and, past the
-  // exit of nothing, every later one) found no slot and took a reserve slot.
+  // No section allocated a slot: each one found none free and none to allocate.
   EXPECT_GE(failures.load(), static_cast<std::uint64_t>(threads * sections));
+}
+
+// With every reserve slot in a section, a thread without memory still enters at once
+// (lock() never waits: a reserve slot's holder might be waiting for what it holds),
+// counted apart, and a grace period waits for it too.
+TEST(RcuAlloc, SectionWithEveryReserveSlotTakenDoesNotWait) {
+  const slot_holders holders;
+  std::atomic<int> holding{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> reserved;
+  for (int k = 0; k < 4; ++k) {  // basic_rcu_domain's reserve slots
+    reserved.emplace_back([&] {
+      alloc_hook::fail_all();
+      rcu_default_domain().lock();
+      alloc_hook::no_failure();
+      holding.fetch_add(1);
+      release.wait(false);
+      rcu_default_domain().unlock();
+    });
+  }
+  while (holding.load() != 4)
+    std::this_thread::yield();
+  std::atomic<bool> in{false}, go{false}, left{false};
+  std::thread reader([&] {
+    alloc_hook::fail_all();
+    rcu_default_domain().lock();  // a lock() that waited for a reserve slot hangs here
+    alloc_hook::no_failure();
+    in.store(true);
+    go.wait(false);
+    left.store(true);
+    rcu_default_domain().unlock();
+  });
+  while (!in.load())
+    std::this_thread::yield();
+  release.store(true);  // the reserve slots' sections end: only the counted one is open
+  release.notify_all();
+  for (std::thread& t : reserved)
+    t.join();
+  EXPECT_FALSE(writer_returned_inside(left, [&] {
+    go.store(true);
+    go.notify_all();
+  })) << "a grace period ended inside the counted section";
+  reader.join();
 }
 
 }  // namespace

@@ -21,9 +21,11 @@
 // registering never blocks and a writer never waits for an exited thread. A section
 // opened after the hook ran (another thread_local's destructor reading under RCU)
 // takes a slot and gives it back at its outermost unlock(). lock() is noexcept and
-// never fails: where no slot is free and none can be allocated (out of memory), the
-// section takes one of a few reserve slots built into the domain and gives it back at
-// its outermost unlock(), waiting only if every reserve slot is in a section.
+// never waits. Where no slot is free and none can be allocated (out of memory), the
+// section takes one of four reserve slots built into the domain, for that section
+// only; with all four in sections, it is counted in a word that writers wait to read
+// 0 (so sections that keep overlapping there hold writers off: only while memory is
+// exhausted). The exit hook's registration can still abort in glibc (its calloc).
 //
 // fork() is handled as liburcu does (detail/fork.hpp): in the child, readers of
 // threads that did not survive the fork no longer hold up grace periods.
@@ -90,8 +92,10 @@ class basic_rcu_domain {
   static constexpr std::size_t batch_size = 64;
 
   // Never destroyed: threads and retired objects may outlive static destruction.
+  // Built in static storage: a first use out of memory does not terminate.
   static basic_rcu_domain& instance() noexcept {
-    static basic_rcu_domain* const d = new basic_rcu_domain;
+    alignas(basic_rcu_domain) static unsigned char storage[sizeof(basic_rcu_domain)];
+    static basic_rcu_domain* const d = new (storage) basic_rcu_domain;
     return *d;
   }
 
@@ -103,19 +107,15 @@ class basic_rcu_domain {
     thread_state& s = local();
     if (s.nesting++ != 0) return;
     reader* r = s.rec;
-    if (r == nullptr) [[unlikely]]
+    if (r == nullptr) [[unlikely]] {
       r = register_thread(s);
+      if (r == nullptr) return section_fence();  // counted in overflow_ instead
+    }
     // Relaxed load: a stale sequence only makes writers wait for us longer.
     // Release store: a writer's acquire load of this word then also sees our
     // previous section finished (pairs with the acquire in passed()).
     r->ctr.store(gp_seq_.load(std::memory_order_relaxed), std::memory_order_release);
-    // Orders the store before the section's loads; pairs with heavy_fence() in
-    // start_grace_period() (membarrier, or a full fence on both sides without it).
-    if (membarrier_) {
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    } else {
-      detail::policy_light_fence<Policy>();
-    }
+    section_fence();
   }
 
   bool try_lock() noexcept {
@@ -227,7 +227,9 @@ class basic_rcu_domain {
   }
   static void child_after_fork() noexcept {
     basic_rcu_domain& d = instance();
-    const reader* mine = local().rec;
+    const thread_state& me = local();
+    const reader* mine = me.rec;
+    d.overflow_.store(me.overflow ? 1 : 0, std::memory_order_relaxed);
     d.for_each_reader([&](reader& r) {
       if (&r == mine) return true;
       r.ctr.store(0, std::memory_order_relaxed);
@@ -261,9 +263,22 @@ class basic_rcu_domain {
     bool exited = false;       // the exit hook has run (thread_local destruction)
     bool poll_due = false;     // a retire inside a section found a batch to start
     bool reserve = false;      // rec is a reserve slot, held for this section only
-    bool unlock_work = false;  // exited || poll_due || reserve: more for the outermost unlock()
+    bool overflow = false;     // no slot: this section is counted in overflow_
+    bool unlock_work = false;  // exited, poll_due, reserve or overflow: the outermost
+                               // unlock() has more to do
   };
   static thread_state& local() noexcept { return detail::policy_local<Policy, thread_state>(); }
+
+  // Orders the store that opens a section before the section's loads; pairs with
+  // heavy_fence() in start_grace_period() (membarrier, or a full fence on both sides
+  // without it).
+  void section_fence() const noexcept {
+    if (membarrier_) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      detail::policy_light_fence<Policy>();
+    }
+  }
 
   // Gives the slot back when the thread exits.
   struct exit_hook {
@@ -271,6 +286,11 @@ class basic_rcu_domain {
       thread_state& s = local();
       s.exited = true;
       s.unlock_work = true;
+      s.reserve = false;  // rec, if any, is freed below
+      if (s.overflow) {   // exiting inside a section: as below
+        instance().overflow_.fetch_sub(1, std::memory_order_release);
+        s.overflow = false;
+      }
       if (s.rec == nullptr) return;
       // A thread that exits inside a section broke a precondition; free it anyway
       // (its unlock() in a later thread_local destructor then finds no slot).
@@ -280,10 +300,13 @@ class basic_rcu_domain {
     }
   };
 
-  // The outermost unlock() of a thread past its exit hook, or in a reserve slot, or
-  // with a poll due.
+  // The outermost unlock() of a thread past its exit hook, or in a reserve slot or
+  // overflow_, or with a poll due.
   [[gnu::noinline, gnu::cold]] void unlock_slow(thread_state& s) noexcept {
-    if (reader* r = s.rec) {
+    if (s.overflow) {
+      overflow_.fetch_sub(1, std::memory_order_release);  // as the store of 0 in unlock()
+      s.overflow = false;
+    } else if (reader* r = s.rec) {
       r->ctr.store(0, std::memory_order_release);  // as in unlock()
       if (s.exited || s.reserve) {
         // No exit hook will run again, or the slot was lent for this section: give it
@@ -301,22 +324,25 @@ class basic_rcu_domain {
     s.unlock_work = s.exited || s.poll_due;
   }
 
+  // A slot for the thread, or null when the section is counted in overflow_.
   reader* register_thread(thread_state& s) noexcept {
     // Past the exit hook (another thread_local's destructor reads under RCU): take a
     // slot for this section only; unlock_slow() gives it back.
     if (!s.exited) (void)detail::policy_local<Policy, exit_hook>();
-    for (unsigned n = 0;;) {
-      if ((s.rec = claim_slot()) != nullptr) return s.rec;
-      // Out of memory: a reserve slot for this section, else wait for one. A reserve
-      // slot is held for one section, so this waits only while every one of them is.
-      for (reader& r : reserve_) {
-        if (claim(r)) {
-          s.reserve = s.unlock_work = true;
-          return s.rec = &r;
-        }
+    if ((s.rec = claim_slot()) != nullptr) return s.rec;
+    // Out of memory: a reserve slot for this section.
+    for (reader& r : reserve_) {
+      if (claim(r)) {
+        s.reserve = s.unlock_work = true;
+        return s.rec = &r;
       }
-      if (!wait::relax(n)) std::this_thread::yield();
     }
+    // Every reserve slot is in a section: counted, so that a reader never waits (it
+    // might hold what a reserve slot's holder waits for); a writer waits for the
+    // count to reach 0. Relaxed, as the ctr store: section_fence() orders it.
+    overflow_.fetch_add(1, std::memory_order_relaxed);
+    s.overflow = s.unlock_work = true;
+    return nullptr;
   }
 
   static bool claim(reader& r) noexcept {
@@ -367,23 +393,35 @@ class basic_rcu_domain {
     return true;
   }
 
+  // Acquire pairs with the release decrements in unlock_slow() (a release sequence:
+  // reading 0, the writer synchronises with every one before it).
+  bool overflow_passed() const noexcept { return overflow_.load(std::memory_order_acquire) == 0; }
+
   bool readers_passed(std::uint64_t t) noexcept {
-    return for_each_reader([&](const reader& r) { return passed(r, t); });
+    return for_each_reader([&](const reader& r) { return passed(r, t); }) && overflow_passed();
+  }
+
+  template <class Done>
+  static void wait_until(Done&& done) noexcept {
+    unsigned n = 0;
+    auto nap = std::chrono::microseconds(10);
+    while (!done()) {
+      // Readers never wake anybody (that would cost them): spin, yield, then nap.
+      if (!wait::relax(n)) {
+        std::this_thread::sleep_for(nap);
+        if (nap < std::chrono::milliseconds(1)) nap *= 2;
+      }
+    }
   }
 
   void wait_for_readers(std::uint64_t t) noexcept {
     for_each_reader([&](const reader& r) {
-      unsigned n = 0;
-      auto nap = std::chrono::microseconds(10);
-      while (!passed(r, t)) {
-        // Readers never wake anybody (that would cost them): spin, yield, then nap.
-        if (!wait::relax(n)) {
-          std::this_thread::sleep_for(nap);
-          if (nap < std::chrono::milliseconds(1)) nap *= 2;
-        }
-      }
+      wait_until([&] { return passed(r, t); });
       return true;
     });
+    // Sections without a slot: waits for a moment with none open (sections that
+    // keep overlapping hold it off; they happen only while memory is exhausted).
+    wait_until([&] { return overflow_passed(); });
   }
 
   // Takes every pending node, oldest first. Caller holds reclaim_mutex_.
@@ -442,6 +480,8 @@ class basic_rcu_domain {
   // Lent for one section when no slot can be allocated (register_thread()).
   static constexpr std::size_t reserve_slots = 4;
   reader reserve_[reserve_slots];
+  // Open sections of threads that found no slot, no memory and no reserve slot free.
+  atomic<std::uint64_t> overflow_{0};
   alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
   atomic<std::size_t> pending_count_{0};
   std::mutex reclaim_mutex_;
