@@ -53,9 +53,10 @@ class slot_holders {
 };
 
 // Starts a writer (rcu_synchronize()) while a reader is in a section, waits until the
-// writer is in rcu_synchronize() and a while more, then calls release(), after which
+// writer has started and 50 ms more, then calls release(), after which
 // the reader sets `leaving` inside its section and ends it. True if the writer
-// returned before `leaving` was set: a grace period ended inside the section.
+// returned before `leaving` was set: a grace period ended inside the section. (A
+// writer that does not wait is caught if it gets to its check within the 50 ms.)
 template <class Release>
 bool writer_returned_inside(const std::atomic<bool>& leaving, Release&& release) {
   std::atomic<bool> started{false}, early{false};
@@ -106,9 +107,10 @@ TEST(RcuAlloc, FirstSectionWithoutMemoryHoldsOffGracePeriods) {
   EXPECT_EQ(slots_after, slots_before + 1);
 }
 
-// More threads than reserve slots, none able to allocate: each section waits for a
-// reserve slot to come free, and every one of them runs, with writers ending grace
-// periods throughout. Inside each, a value published under RCU is checked live.
+// More threads than reserve slots, none able to allocate: each section takes a reserve
+// slot or is counted apart, and every one of them runs, with a writer ending grace
+// periods throughout. Inside each, a value published under RCU is checked live (a
+// value freed too early is seen only by chance outside ASan).
 TEST(RcuAlloc, MoreSectionsWithoutMemoryThanReserveSlots) {
   const slot_holders holders;
   struct value {
@@ -177,19 +179,25 @@ TEST(RcuAlloc, SectionWithEveryReserveSlotTakenDoesNotWait) {
   std::atomic<bool> in{false}, go{false}, left{false};
   std::thread reader([&] {
     alloc_hook::fail_all();
-    rcu_default_domain().lock();  // a lock() that waited for a reserve slot hangs here
+    rcu_default_domain().lock();
     alloc_hook::no_failure();
     in.store(true);
     go.wait(false);
     left.store(true);
     rcu_default_domain().unlock();
   });
-  while (!in.load())
+  // A lock() that waited for a reserve slot would not return: given a minute, fail,
+  // and let it go by ending the reserve slots' sections.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!in.load() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
+  EXPECT_TRUE(in.load()) << "lock() waited while every reserve slot was in a section";
   release.store(true);  // the reserve slots' sections end: only the counted one is open
   release.notify_all();
   for (std::thread& t : reserved)
     t.join();
+  while (!in.load())
+    std::this_thread::yield();
   EXPECT_FALSE(writer_returned_inside(left, [&] {
     go.store(true);
     go.notify_all();

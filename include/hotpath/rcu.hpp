@@ -25,7 +25,7 @@
 // section takes one of four reserve slots built into the domain, for that section
 // only; with all four in sections, it is counted in a word that writers wait to read
 // 0 (so sections that keep overlapping there hold writers off: only while memory is
-// exhausted). The exit hook's registration can still abort in glibc (its calloc).
+// exhausted). What glibc allocates for thread_locals can still abort (docs/rcu.md).
 //
 // fork() is handled as liburcu does (detail/fork.hpp): in the child, readers of
 // threads that did not survive the fork no longer hold up grace periods.
@@ -339,7 +339,8 @@ class basic_rcu_domain {
     }
     // Every reserve slot is in a section: counted, so that a reader never waits (it
     // might hold what a reserve slot's holder waits for); a writer waits for the
-    // count to reach 0. Relaxed, as the ctr store: section_fence() orders it.
+    // count to reach 0. Relaxed: section_fence() orders it before the section's
+    // loads, as it orders the ctr store.
     overflow_.fetch_add(1, std::memory_order_relaxed);
     s.overflow = s.unlock_work = true;
     return nullptr;
