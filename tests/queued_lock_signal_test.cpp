@@ -188,5 +188,23 @@ TEST(QueuedLockSignal, QueueWaitOutOfMemoryFallsBackToOverflow) {
   EXPECT_FALSE(lock.is_locked());
 }
 
+// The first thread slot of the process, out of memory: this_thread_slot() (noexcept)
+// neither throws nor terminates (the registry once came from new), and a thread gets a
+// slot once memory is back. Meaningful where nothing in the process used a slot
+// before, as when ctest runs this test alone.
+TEST(QueuedLockSignal, FirstThreadSlotOutOfMemoryNeitherThrowsNorTerminates) {
+  std::uint32_t without = 0, with = 0;
+  std::thread([&] {
+    alloc_hook::fail_all();
+    without = detail::thread_slot_registry::this_thread_slot();
+    alloc_hook::no_failure();
+    with = detail::thread_slot_registry::this_thread_slot();
+  }).join();
+  EXPECT_NE(with, detail::thread_slot_registry::no_slot);
+  if (without != detail::thread_slot_registry::no_slot) {
+    EXPECT_EQ(without, with);
+  }
+}
+
 }  // namespace
 }  // namespace hotpath::test

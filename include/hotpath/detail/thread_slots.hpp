@@ -14,7 +14,8 @@
 // mutex); a user of the slots offers a preparation call that takes the slot and
 // creates the thread's blocks (queued_lock::prepare_thread()). Out of memory, take()
 // refuses (no_slot), give_back() leaks the slot and slot_table::find_or_create()
-// returns nullptr; none of them throws or terminates.
+// returns nullptr; none of them throws or terminates (the registry itself lives in
+// static storage). glibc's own allocation for the exit hook's thread_local aborts.
 #pragma once
 
 #include <atomic>
@@ -84,8 +85,11 @@ class thread_slot_registry {
     }
   };
 
+  // In static storage: instance() is noexcept, and a first use out of memory must not
+  // terminate.
   static thread_slot_registry& make() noexcept {
-    auto* r = new thread_slot_registry;
+    alignas(thread_slot_registry) static unsigned char storage[sizeof(thread_slot_registry)];
+    auto* r = new (storage) thread_slot_registry;
     at_fork(&prepare_fork, &parent_after_fork, &child_after_fork);
     return *r;
   }
