@@ -34,3 +34,17 @@ corner tests-only ON OFF OFF
 corner benchmarks-only OFF ON OFF
 corner examples-only OFF OFF ON
 corner all-on ON ON ON configure-only
+
+# Without libpcap the examples refuse to configure, naming the package and scripts/setup
+# (the library alone still configures: all-off above). /usr hidden from find_* is libpcap
+# missing, as on a fresh machine.
+dir="$root/no-libpcap"
+if cmake -S . -B "$dir" -G Ninja -DHOTPATH_BUILD_TESTS=OFF -DHOTPATH_BUILD_BENCHMARKS=OFF \
+  -DHOTPATH_BUILD_EXAMPLES=ON -DCMAKE_IGNORE_PREFIX_PATH=/usr >"$dir.log" 2>&1; then
+  cat "$dir.log"
+  echo "configs: the examples configured without libpcap"
+  exit 1
+fi
+grep -q "libpcap not found" "$dir.log" && grep -q "scripts/setup" "$dir.log" ||
+  { cat "$dir.log"; echo "configs: no libpcap, but the error does not say so"; exit 1; }
+echo "configs: no-libpcap refused, naming libpcap and scripts/setup: ok"

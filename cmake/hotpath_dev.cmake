@@ -38,13 +38,16 @@ if(HOTPATH_BUILD_BENCHMARKS)
 endif()
 
 # libpcap, for the defrag example's capture input and output (Debian: libpcap-dev).
-# Without it, hotpath-defrag and its tests are left out.
+# The examples are the main job: without libpcap they fail to configure, loudly; a
+# build of the library alone (HOTPATH_BUILD_EXAMPLES=OFF, as vcpkg and Conan) goes on.
 find_path(HOTPATH_PCAP_INCLUDE_DIR pcap/pcap.h)
 find_library(HOTPATH_PCAP_LIBRARY pcap)
 if(HOTPATH_PCAP_INCLUDE_DIR AND HOTPATH_PCAP_LIBRARY)
   add_library(hotpath_pcap INTERFACE IMPORTED)
   target_include_directories(hotpath_pcap INTERFACE ${HOTPATH_PCAP_INCLUDE_DIR})
   target_link_libraries(hotpath_pcap INTERFACE ${HOTPATH_PCAP_LIBRARY})
-else()
-  message(STATUS "libpcap not found: hotpath-defrag and its tests are not built")
+elseif(HOTPATH_BUILD_EXAMPLES)
+  message(FATAL_ERROR "libpcap not found: hotpath-defrag (an example, and the main job) needs it.\n"
+                      "Install it with scripts/setup (Debian and Ubuntu: libpcap-dev), or build "
+                      "without the examples: -DHOTPATH_BUILD_EXAMPLES=OFF.")
 endif()

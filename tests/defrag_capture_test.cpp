@@ -24,8 +24,8 @@
 #include "driver.hpp"
 #include "hotpath/percpu.hpp"
 #include "pcap_io.hpp"
-#include "support/sha256.hpp"
 #include "synthetic.hpp"
+#include "verdict.hpp"
 
 namespace {
 
@@ -43,66 +43,12 @@ std::string read_text(const fs::path& p) {
 }
 
 // ------------------------------------------------------------ the expected JSON
+// (examples/defrag/verdict.hpp: the program's --expect reads and judges the same way)
 
-struct expected_datagram {
-  std::string sha256;
-  std::size_t len;
-  std::string name;  // the case name, for messages
-};
+using defrag::verdict::udp_payload;
 
-// The "delivered" array of NAME.expected.json: every object's sha256, len and case.
-std::vector<expected_datagram> read_expected(const fs::path& p) {
-  std::string t = read_text(p);
-  std::vector<expected_datagram> v;
-  std::size_t at = t.find("\"delivered\"");
-  if (at == std::string::npos) return v;
-  auto string_after = [&](std::size_t from, std::size_t end, std::string_view key) {
-    std::size_t k = t.find("\"" + std::string(key) + "\"", from);
-    if (k == std::string::npos || k > end) return std::string();
-    std::size_t q1 = t.find('"', t.find(':', k) + 1);
-    std::size_t q2 = t.find('"', q1 + 1);
-    return t.substr(q1 + 1, q2 - q1 - 1);
-  };
-  for (;;) {
-    std::size_t open = t.find('{', at);
-    if (open == std::string::npos) break;
-    std::size_t close = t.find('}', open);
-    expected_datagram d;
-    d.sha256 = string_after(open, close, "sha256");
-    d.name = string_after(open, close, "case");
-    std::size_t l = t.find("\"len\"", open);
-    d.len = l < close ? std::stoul(t.substr(t.find(':', l) + 1)) : 0;
-    v.push_back(d);
-    at = close + 1;
-  }
-  return v;
-}
-
-// The UDP payload of a whole (unfragmented) IPv4 or IPv6 UDP datagram.
-std::optional<std::span<const std::uint8_t>> udp_payload(std::span<const std::uint8_t> ip) {
-  std::size_t at = 0;
-  unsigned proto = 0;
-  if (ip.size() >= 20 && ip[0] >> 4 == 4) {
-    if ((defrag::pcap_io::load_be16(ip.data() + 6) & 0x3fff) != 0) return std::nullopt;
-    at = std::size_t{ip[0] & 15u} * 4;
-    proto = ip[9];
-  } else if (ip.size() >= 40 && ip[0] >> 4 == 6) {
-    at = 40;
-    proto = ip[6];
-    while ((proto == 0 || proto == 43 || proto == 60 || proto == 44) && at + 8 <= ip.size()) {
-      if (proto == 44 && (defrag::pcap_io::load_be16(ip.data() + at + 2) & 0xfff9) != 0)
-        return std::nullopt;  // a fragment that is not atomic
-      std::size_t len = proto == 44 ? 8 : (std::size_t{ip[at + 1]} + 1) * 8;
-      proto = ip[at];
-      at += len;
-    }
-  } else {
-    return std::nullopt;
-  }
-  if (proto != 17 || at + 8 > ip.size()) return std::nullopt;
-  std::size_t ulen = defrag::pcap_io::load_be16(ip.data() + at + 4);
-  if (ulen < 8 || at + ulen > ip.size()) return std::nullopt;
-  return ip.subspan(at + 8, ulen - 8);
+std::vector<defrag::verdict::expected_datagram> read_expected(const fs::path& p) {
+  return defrag::verdict::read_expected(p.string());
 }
 
 std::string case_name(std::span<const std::uint8_t> payload) {
@@ -121,7 +67,7 @@ bool is_fragment(std::span<const std::uint8_t> ip) {
 // 1000-byte input (several blocks and a tail).
 TEST(DefragSha256, KnownAnswers) {
   auto hex = [](std::string_view s) {
-    return hotpath::test::sha256_hex({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()});
+    return hotpath::common::sha256_hex({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()});
   };
   EXPECT_EQ(hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -130,7 +76,7 @@ TEST(DefragSha256, KnownAnswers) {
   bytes k(1000);
   for (std::size_t i = 0; i < k.size(); ++i)
     k[i] = static_cast<std::uint8_t>(i * 7 + 3);
-  EXPECT_EQ(hotpath::test::sha256_hex(k),
+  EXPECT_EQ(hotpath::common::sha256_hex(k),
             "1e9bc38cbf860b9ec31918b065f9b52476c549a782e0e7990bed8ce3868d2371");
 }
 
@@ -236,7 +182,7 @@ TEST_P(KernelCapture, DeliversExactlyWhatTheKernelDelivered) {
   for (const auto& d : r.out) {
     auto ip = r.datagram(d);
     if (auto payload = udp_payload(ip)) {
-      std::string h = hotpath::test::sha256_hex(*payload);
+      std::string h = hotpath::common::sha256_hex(*payload);
       got.insert(h);
       if (!names.count(h)) names[h] = case_name(*payload) + " (not delivered by the kernel)";
     } else {

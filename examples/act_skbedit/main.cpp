@@ -174,6 +174,7 @@ figures run(unsigned threads, std::chrono::milliseconds window) {
 struct options {
   std::vector<unsigned> threads{1, 2, 4};
   unsigned ms = 300, repeat = 5;
+  std::string json;  // also write the table here, when set
 };
 
 // Returns false on a bad command line.
@@ -182,7 +183,10 @@ bool parse(int argc, char** argv, options& o) {
     const std::string_view arg = argv[i];
     if (i + 1 >= argc) return false;
     std::istringstream value(argv[++i]);
-    if (arg == "--threads") {
+    if (arg == "--json") {
+      o.json = value.str();
+      if (o.json.empty()) return false;
+    } else if (arg == "--threads") {
       o.threads.clear();
       for (std::string item; std::getline(value, item, ',');) {
         char* end = nullptr;
@@ -206,10 +210,12 @@ int main(int argc, char** argv) {
   options o;
   if (argc == 2 && std::string_view(argv[1]) == "--help") {
     std::printf(
-        "usage: hotpath-act-skbedit [--threads 1,2,4] [--ms 300] [--repeat 5]\n"
+        "usage: hotpath-act-skbedit [--threads 1,2,4] [--ms 300] [--repeat 5] [--json FILE]\n"
         "Runs (a) the spinlock action and (b) the RCU + per-cpu action for MS ms per\n"
-        "round, REPEAT alternating rounds at each thread count; prints each one's median.\n"
-        "Exit status: 0, 1 if a packet went missing from the statistics, 2 on bad options.\n");
+        "round, REPEAT alternating rounds at each thread count; prints each one's median\n"
+        "(and writes the same rows to FILE as JSON).\n"
+        "Exit status: 0, 1 if a packet went missing from the statistics or FILE cannot be\n"
+        "written, 2 on bad options.\n");
     return 0;
   }
   if (!parse(argc, argv, o)) {
@@ -221,6 +227,7 @@ int main(int argc, char** argv) {
   std::printf("%7s %16s %16s %7s %14s %14s %7s\n", "threads", "(a) pps/thread", "(b) pps/thread",
               "b/a", "(a) pps/cpu", "(b) pps/cpu", "b/a");
   bool counted = true;
+  std::ostringstream rows;
   for (unsigned threads : o.threads) {
     std::vector<double> a_wall, b_wall, a_cpu, b_cpu;
     for (unsigned r = 0; r < o.repeat; ++r) {
@@ -236,7 +243,20 @@ int main(int argc, char** argv) {
     const double ac = measure::median(a_cpu), bc = measure::median(b_cpu);
     std::printf("%7u %14.1f M %14.1f M %6.2fx %12.1f M %12.1f M %6.2fx\n", threads, aw / 1e6,
                 bw / 1e6, bw / aw, ac / 1e6, bc / 1e6, bc / ac);
+    rows << (rows.tellp() > 0 ? ",\n" : "") << "    {\"threads\": " << threads
+         << ", \"spinlock_pps_per_thread\": " << aw << ", \"rcu_pps_per_thread\": " << bw
+         << ", \"spinlock_pps_per_cpu\": " << ac << ", \"rcu_pps_per_cpu\": " << bc << "}";
   }
   if (!counted) std::fprintf(stderr, "hotpath-act-skbedit: packets lost from the statistics\n");
+  if (!o.json.empty()) {
+    std::FILE* f = std::fopen(o.json.c_str(), "w");
+    const std::string body = "{\n  \"ms\": " + std::to_string(o.ms) +
+                             ",\n  \"repeat\": " + std::to_string(o.repeat) + ",\n  \"rows\": [\n" +
+                             rows.str() + "\n  ]\n}\n";
+    if (!f || std::fputs(body.c_str(), f) < 0 || std::fclose(f) != 0) {
+      std::fprintf(stderr, "hotpath-act-skbedit: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
   return counted ? 0 : 1;
 }

@@ -22,6 +22,7 @@
 #include "engine.hpp"
 #include "pcap_io.hpp"
 #include "synthetic.hpp"
+#include "verdict.hpp"
 
 namespace {
 
@@ -82,6 +83,10 @@ options:
                      upper middle one for an even N): worker counts compared in the
                      same machine state (M = --threads: an A/A check of the noise)
   --json FILE        also write the summary as JSON ("-": standard output)
+  --expect FILE      judge the first pass against a kernel's verdict, FILE a
+                     NAME.expected.json (tests/data/defrag/): the UDP datagrams
+                     delivered must be exactly those the kernel delivered, byte for
+                     byte (exit status 3 if not; each difference on standard error)
   --synthetic        make the traffic in process instead of reading INPUT: legit
                      fragmented UDP datagrams (IPv4 and IPv6, 1800 to 24000 bytes)
   --datagrams N      legit datagrams (default: 20000 / (1 + R); 300 with --blackout)
@@ -93,11 +98,12 @@ options:
 
 Exit status: 0 on success (also for a capture cut short inside a record: the records
 before the cut are used, and the summary says so), 1 if the input cannot be read as a
-capture or the output cannot be written, 2 on bad options.
+capture or the output cannot be written, 2 on bad options, 3 if --expect finds a
+difference.
 )";
 
 struct options {
-  std::string input, output, json;
+  std::string input, output, json, expect;
   defrag::driver::run_options run;
   bool synthetic = false;
   defrag::synthetic::options syn;
@@ -185,6 +191,8 @@ options parse(int argc, char** argv) {
       o.run.paired_threads = parse_number<unsigned>(a, value(), 1, 64);
     } else if (a == "--json") {
       o.json = value();
+    } else if (a == "--expect") {
+      o.expect = value();
     } else if (a == "--synthetic") {
       o.synthetic = true;
     } else if (a == "--datagrams") {
@@ -247,6 +255,7 @@ struct report {
   const defrag::pcap_io::capture& cap;
   const defrag::driver::run_result& r;
   std::optional<legit_tally> legit;
+  std::optional<defrag::verdict::result> verdict;
 };
 
 void print_summary(std::ostream& os, const report& rep) {
@@ -299,6 +308,12 @@ void print_summary(std::ostream& os, const report& rep) {
       << "%)";
     line("legit delivered", static_cast<std::int64_t>(rep.legit->delivered), n.str());
     line("  other datagrams", static_cast<std::int64_t>(rep.legit->other));
+  }
+  if (rep.verdict) {
+    const auto& v = *rep.verdict;
+    os << "  verdict               " << v.matched << " of " << v.expected
+       << " datagrams exactly as the kernel delivered them"
+       << (v.exact() ? "" : ", " + std::to_string(v.extra) + " it did not: DIFFERENT") << "\n";
   }
   if (rep.r.ns_per_fragment >= 0) {
     std::ostringstream n;
@@ -377,6 +392,13 @@ void write_json(std::ostream& os, const report& rep) {
   for (std::size_t i = 0; i < rep.r.pass_cpu_ns.size(); ++i)
     os << (i ? ", " : "") << rep.r.pass_cpu_ns[i];
   os << "],\n";
+  if (rep.verdict) {
+    os << "  \"expect\": " << str(o.expect) << ",\n";
+    os << "  \"expect_datagrams\": " << rep.verdict->expected << ",\n";
+    os << "  \"expect_matched\": " << rep.verdict->matched << ",\n";
+    os << "  \"expect_extra\": " << rep.verdict->extra << ",\n";
+    os << "  \"expect_exact\": " << (rep.verdict->exact() ? "true" : "false") << ",\n";
+  }
   os << "  \"repeat\": " << o.run.repeat << ",\n";
   if (rep.r.paired_speedup >= 0) {
     os << "  \"paired_threads\": " << o.run.paired_threads << ",\n";
@@ -401,6 +423,9 @@ void write_json(std::ostream& os, const report& rep) {
 
 int run(const options& o) {
   using namespace defrag;
+  // Read first: a missing verdict file fails before the work, not after it.
+  std::optional<std::vector<verdict::expected_datagram>> expected;
+  if (!o.expect.empty()) expected = verdict::read_expected(o.expect);
   pcap_io::capture cap;
   synthetic::traffic syn;
   if (o.synthetic) {
@@ -427,8 +452,16 @@ int run(const options& o) {
       w.write(d.ts_ns, r.datagram(d));
     w.close();
   }
-  report rep{o, cap, r, std::nullopt};
+  report rep{o, cap, r, std::nullopt, std::nullopt};
   if (o.synthetic) rep.legit = tally_legit(r, syn.legit_datagrams);
+  if (expected) {
+    verdict::judge j(*expected);
+    for (const auto& d : r.out)
+      j.add(r.datagram(d));
+    rep.verdict = j.finish();
+    for (const auto& line : rep.verdict->differences)
+      std::cerr << "hotpath-defrag: --expect: " << line << "\n";
+  }
   bool summary_on_stdout = o.output != "-" && o.json != "-";
   print_summary(summary_on_stdout ? std::cout : std::cerr, rep);
   if (!o.json.empty()) {
@@ -441,7 +474,7 @@ int run(const options& o) {
       if (!f) throw pcap_io::input_error(o.json + ": cannot write the JSON summary");
     }
   }
-  return 0;
+  return rep.verdict && !rep.verdict->exact() ? 3 : 0;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// SHA-256 (FIPS 180-4), small and slow: for tests that compare payloads with hashes
-// recorded elsewhere. Not for anything secret.
+// SHA-256 (FIPS 180-4), small and slow: for comparing payloads with hashes
+// recorded elsewhere (hotpath-defrag --expect, the tests). Not for anything secret.
 #pragma once
 
 #include <array>
@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-namespace hotpath::test {
+namespace hotpath::common {
 
 inline std::string sha256_hex(std::span<const std::uint8_t> data) {
   static constexpr std::array<std::uint32_t, 64> k = {
@@ -74,4 +74,4 @@ inline std::string sha256_hex(std::span<const std::uint8_t> data) {
   return out;
 }
 
-}  // namespace hotpath::test
+}  // namespace hotpath::common
