@@ -23,6 +23,9 @@ dpkg_wait() {
   return 1
 }
 
+# Every route below leaves the checkout as it found it (checked at the end).
+status_before=$(git status --porcelain --ignored=no 2>/dev/null || true)
+
 tmp=$(mktemp -d)
 deb_installed=0
 cleanup() {
@@ -67,6 +70,39 @@ step "vcpkg.json, CHANGELOG.md and the Conan recipe agree; the recipe compiles"
 # --- the vcpkg port and the Conan recipe: their own CMake calls, fresh prefixes ------
 cmake -DPORT_DIR=ports/hotpath -DCURRENT_PACKAGES_DIR="$tmp/vcpkg" -DWORK_DIR="$tmp/vcpkg-work" \
   -P tests/packaging/run_portfile.cmake >/dev/null
+# Each of vcpkg's post-build rules that the stand-in checks, on a port broken on purpose:
+# the stand-in must fail, naming the rule.
+broken_port() { # name, what the stand-in must say, CMake appended to the portfile
+  local dir="$tmp/broken-$1" out
+  mkdir -p "$dir/ports" && cp -r ports/hotpath "$dir/ports/"
+  sed -i "s|^get_filename_component(SOURCE_PATH .*|set(SOURCE_PATH \"$PWD\")|" "$dir/ports/hotpath/portfile.cmake"
+  printf '%s\n' "$3" >>"$dir/ports/hotpath/portfile.cmake"
+  if out=$(cmake -DPORT_DIR="$dir/ports/hotpath" -DCURRENT_PACKAGES_DIR="$dir/pkg" \
+    -DWORK_DIR="$dir/work" -P tests/packaging/run_portfile.cmake 2>&1); then
+    fail "the vcpkg stand-in passes a port broken on purpose ($1)"
+  fi
+  grep -qF "$2" <<<"$out" || fail "broken port $1: the stand-in fails, but does not say '$2': $out"
+}
+cpd='${CURRENT_PACKAGES_DIR}'
+broken_port pc_in_share "misplaced pkgconfig file share/pkgconfig/hotpath.pc" \
+  "file(RENAME \"$cpd/lib/pkgconfig\" \"$cpd/share/pkgconfig\")
+file(REMOVE_RECURSE \"$cpd/lib\")"
+broken_port empty_dir "empty directory share/hotpath/empty" "file(MAKE_DIRECTORY \"$cpd/share/hotpath/empty\")"
+broken_port path_in_cmake "in share/cmake/hotpath/hotpathConfig.cmake" \
+  "file(APPEND \"$cpd/share/cmake/hotpath/hotpathConfig.cmake\" \"set(where \\\"$cpd\\\")\\n\")"
+broken_port path_in_header "in include/hotpath/version.hpp" \
+  "file(APPEND \"$cpd/include/hotpath/version.hpp\" \"#define HOTPATH_SOURCE \${SOURCE_PATH}\\n\")"
+broken_port path_in_pc "in lib/pkgconfig/hotpath.pc" \
+  "file(APPEND \"$cpd/lib/pkgconfig/hotpath.pc\" \"libdir=\${CURRENT_BUILDTREES_DIR}\\n\")"
+broken_port no_copyright "no licence file share/hotpath/copyright" "file(REMOVE \"$cpd/share/hotpath/copyright\")"
+broken_port usage_left_out "does not install it to share/hotpath/usage" "file(REMOVE \"$cpd/share/hotpath/usage\")"
+broken_port no_headers "include/ is empty or missing" "file(REMOVE_RECURSE \"$cpd/include\")"
+broken_port cmake_in_lib "CMake files in lib/cmake/" "file(WRITE \"$cpd/lib/cmake/hotpath/x.cmake\" \"\")"
+broken_port debug_share "debug/include or debug/share installed" "file(WRITE \"$cpd/debug/share/hotpath/x\" \"x\")"
+broken_port file_at_top "regular file README at the top" "file(WRITE \"$cpd/README\" \"x\")"
+broken_port a_library "lib/ holds libhotpath.a" "file(WRITE \"$cpd/lib/libhotpath.a\" \"\")"
+step "the vcpkg stand-in fails each of 12 ports broken on purpose, naming the rule"
+
 port_options=$(sed -n 's/^option //p' "$tmp/vcpkg-work/portfile-calls.txt" | sort)
 recipe_options=$(python3 tests/packaging/run_conanfile.py . "$tmp/conan" | sort)
 wanted=$(printf '%s\n' -DHOTPATH_BUILD_BENCHMARKS=OFF -DHOTPATH_BUILD_EXAMPLES=OFF \
@@ -86,6 +122,14 @@ out=$(configure_build conan/test_package "$tmp/tp-conan" -Dhotpath_DIR="$tmp/con
   "$tmp/tp-conan/test_package") || fail "test_package against the recipe's package_info(): $out"
 [[ $out == "hotpath $version: "*" ok" ]] || fail "test_package says: $out"
 step "test_package and tests/consumer built and ran against both"
+
+# The .pc where vcpkg keeps it (lib/pkgconfig), made relative by the fixup, gives the flags.
+pc_flags=$(PKG_CONFIG_PATH="$tmp/vcpkg/lib/pkgconfig" pkg-config --cflags --libs hotpath) ||
+  fail "pkg-config finds no hotpath in the port's lib/pkgconfig"
+# shellcheck disable=SC2086
+{ c++ tests/consumer/main.cpp $pc_flags -o "$tmp/vcpkg-pc" && "$tmp/vcpkg-pc" >/dev/null; } ||
+  fail "pkg-config consumer against the port's prefix ($pc_flags)"
+step "the port's lib/pkgconfig/hotpath.pc: $pc_flags"
 
 # SameMajorVersion: this version and an older minor are accepted, the next major is not.
 accept=("$version")
@@ -191,4 +235,7 @@ done
 ! dpkg-query -W -f='${Status}' libhotpath-dev 2>/dev/null | grep -q 'ok installed' ||
   fail "dpkg still lists libhotpath-dev as installed"
 step "removed with dpkg -r: nothing left behind"
+
+[ "$(git status --porcelain --ignored=no 2>/dev/null || true)" = "$status_before" ] ||
+  fail "packaging left the checkout changed: $(git status --porcelain)"
 echo "packaging: all green"

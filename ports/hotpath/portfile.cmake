@@ -17,6 +17,10 @@ vcpkg_cmake_configure(
 vcpkg_cmake_install()
 # The package installs its config to share/cmake/hotpath; vcpkg wants share/hotpath.
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/hotpath)
+# hotpath.pc says `Libs: -pthread`: vcpkg keeps such a .pc under lib/pkgconfig (only one
+# without Libs may live in share/pkgconfig), as curated header-only ports move theirs.
+file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}/lib")
+file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig")
 vcpkg_fixup_pkgconfig()
 
 # The licence goes to share/hotpath/copyright, not share/doc.

@@ -6,7 +6,9 @@ Conan's order (set_version, export_sources, layout, validate, generate, build, p
 package_id, package_info), CMake configures and installs for real with exactly the cache
 variables the recipe sets, and the result is checked as Conan Center's hooks would. Then
 it writes the CMake config file that Conan's CMakeDeps would make from package_info(), so
-test_package can be built against what the recipe declares and nothing more.
+test_package can be built against what the recipe declares and nothing more. Last,
+test_package's layout() and generate() run, to check that `conan create` would leave
+the checkout as it found it (its build folder ignored by git, no CMakeUserPresets.json).
 
   python3 tests/packaging/run_conanfile.py <checkout> <fresh work dir>
 prints the recipe's CMake options (ON/OFF), one a line, on stdout.
@@ -69,6 +71,11 @@ class ConanFile:
         self.folders = Folders()
         self.version = None
         self.toolchain_variables = None
+        self.user_presets_path = None
+        self.requirements_seen = []
+
+    def requires(self, reference):
+        self.requirements_seen.append(reference)
 
 
 def check_min_cppstd(conanfile, cppstd):
@@ -99,9 +106,28 @@ class CMakeToolchain:
     def __init__(self, conanfile):
         self._conanfile = conanfile
         self.cache_variables = {}
+        # Conan writes this file beside the CMakeLists.txt unless it is set to False.
+        self.user_presets_path = "CMakeUserPresets.json"
 
     def generate(self):
         self._conanfile.toolchain_variables = dict(self.cache_variables)
+        self._conanfile.user_presets_path = self.user_presets_path
+
+
+class CMakeDeps:
+    def __init__(self, conanfile):
+        pass
+
+    def generate(self):
+        pass
+
+
+def cmake_layout(conanfile, generator=None, src_folder=".", build_folder="build"):
+    # Conan's, for a single-configuration generator: build/<build_type>.
+    build = os.path.join(build_folder, str(conanfile.settings.build_type))
+    conanfile.folders.source = src_folder
+    conanfile.folders.build = build
+    conanfile.folders.generators = os.path.join(build, "generators")
 
 
 def cmake_value(v):
@@ -133,7 +159,8 @@ def install_stubs():
         "conan.errors": {"ConanException": ConanException},
         "conan.tools": {},
         "conan.tools.build": {"check_min_cppstd": check_min_cppstd, "can_run": lambda c: True},
-        "conan.tools.cmake": {"CMake": CMake, "CMakeToolchain": CMakeToolchain},
+        "conan.tools.cmake": {"CMake": CMake, "CMakeToolchain": CMakeToolchain,
+                              "CMakeDeps": CMakeDeps, "cmake_layout": cmake_layout},
         "conan.tools.files": {"copy": copy, "load": load, "rmdir": rmdir},
     }
     for name, attrs in modules.items():
@@ -146,20 +173,48 @@ def fail(message):
     sys.exit(f"run_conanfile.py: {message}")
 
 
+def load_recipe(path):
+    namespace = {"__name__": "conanfile"}
+    with open(path, encoding="utf-8") as f:
+        exec(compile(f.read(), path, "exec"), namespace)  # pylint: disable=exec-used
+    recipes = [v for v in namespace.values()
+               if isinstance(v, type) and issubclass(v, ConanFile) and v is not ConanFile]
+    if len(recipes) != 1:
+        fail(f"{path}: expected one ConanFile class")
+    return recipes[0]
+
+
+def check_test_package(checkout, recipe_folder, settings, version):
+    """test_package as `conan create` runs it from the checkout: nothing lands in the tree."""
+    folder = os.path.join(recipe_folder, "test_package")
+    t = load_recipe(os.path.join(folder, "conanfile.py"))(settings)
+    t.recipe_folder = folder
+    t.tested_reference_str = f"hotpath/{version}"
+    t.requirements()
+    if t.requirements_seen != [t.tested_reference_str]:
+        fail(f"test_package requires {t.requirements_seen}")
+    t.layout()
+    if hasattr(t, "generate"):
+        t.generate()
+    elif "CMakeToolchain" in getattr(t, "generators", ()):
+        t.user_presets_path = "CMakeUserPresets.json"  # the generator's default
+    if t.user_presets_path is not False:
+        fail("test_package's CMakeToolchain writes CMakeUserPresets.json into the checkout "
+             "(set user_presets_path = False)")
+    build = os.path.normpath(os.path.join(folder, t.folders.build))
+    ignored = os.path.join(checkout, "build")  # .gitignore: /build/
+    if os.path.commonpath([build, ignored]) != ignored:
+        fail(f"test_package builds in {os.path.relpath(build, checkout)}, "
+             "which git does not ignore (use the checkout's build/)")
+
+
 def main():
     checkout, work = (os.path.abspath(p) for p in sys.argv[1:3])
     if os.path.exists(work):
         fail(f"{work} exists: the recipe must package into a fresh folder")
     install_stubs()
     recipe_folder = os.path.join(checkout, "conan")
-    namespace = {"__name__": "conanfile"}
-    with open(os.path.join(recipe_folder, "conanfile.py"), encoding="utf-8") as f:
-        exec(compile(f.read(), "conanfile.py", "exec"), namespace)  # pylint: disable=exec-used
-    recipes = [v for v in namespace.values()
-               if isinstance(v, type) and issubclass(v, ConanFile) and v is not ConanFile]
-    if len(recipes) != 1:
-        fail("expected one ConanFile class")
-    recipe = recipes[0]
+    recipe = load_recipe(os.path.join(recipe_folder, "conanfile.py"))
 
     def make(cppstd):
         c = recipe(Settings({"os": "Linux", "arch": "x86_64", "compiler": "gcc",
@@ -224,6 +279,7 @@ def main():
                 f"set_target_properties({props['cmake_target_name']} PROPERTIES\n"
                 f"  INTERFACE_INCLUDE_DIRECTORIES \"{includes}\"\n"
                 f"  INTERFACE_LINK_LIBRARIES \"{';'.join(c.cpp_info.system_libs)}\")\n")
+    check_test_package(checkout, recipe_folder, c.settings, c.version)
     for name, value in c.toolchain_variables.items():
         print(f"-D{name}={cmake_value(value)}")
 
