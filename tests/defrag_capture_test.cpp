@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "driver.hpp"
@@ -892,6 +896,111 @@ TEST(DefragFlood, TenToOneDeliversAtLeast99Percent) {
     EXPECT_LE(r.held_bytes_at_end, o.cfg.budget_bytes);
     EXPECT_GT(r.first.peak_memory_bytes, o.cfg.budget_bytes / 2);  // the flood did press
   }
+}
+
+// progress.hpp, how a blocked worker sleeps: a sleeper comes out once the progress it
+// waits for is published (a position at least its need; anything, for `any`). The
+// producer stops one short of each consumer's need until that consumer sleeps (or is
+// about to), so the sleeping path runs every time; a lost wake-up hangs, and the
+// watchdog then ends the test with a message.
+TEST(DefragProgress, SleepersWakeOnTheProgressTheyWaitFor) {
+  using defrag::driver::detail::progress;
+  constexpr std::size_t consumers = 3, rounds = 50;
+  progress ev(consumers + 1);
+  std::atomic<std::size_t> position{0}, anything{0};
+  std::atomic<bool> finished{false};
+  std::atomic<std::size_t> asleep_in[consumers + 1] = {};  // the round a consumer sleeps in
+  std::thread watchdog([&] {
+    for (int k = 0; k < 1200 && !finished.load(); ++k)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!finished.load()) {
+      std::fprintf(stderr, "DefragProgress: a sleeper was never woken (120 s)\n");
+      std::abort();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (std::size_t c = 1; c <= consumers; ++c)
+    threads.emplace_back([&, c] {
+      for (std::size_t r = 1; r <= rounds; ++r) {
+        const std::size_t need = r * 10 + c;
+        progress::waiting w{c};
+        while (position.load(std::memory_order_relaxed) < need) {
+          if (w.registered) asleep_in[c].store(r);  // this call sleeps
+          ev.wait(w, need, 0);
+        }
+        ev.done(w);
+        progress::waiting a{c};
+        while (anything.load(std::memory_order_relaxed) < r)
+          ev.wait(a, progress::any, 0);
+        ev.done(a);
+      }
+    });
+  for (std::size_t r = 1; r <= rounds; ++r) {
+    for (std::size_t c = 1; c <= consumers; ++c) {
+      const std::size_t need = r * 10 + c;
+      position.store(need - 1, std::memory_order_relaxed);
+      ev.reached(need - 1);
+      while (asleep_in[c].load() != r)  // nothing frees it yet: it goes to sleep
+        std::this_thread::yield();
+      position.store(need, std::memory_order_relaxed);
+      ev.reached(need);
+    }
+    anything.store(r, std::memory_order_relaxed);
+    ev.advanced();
+  }
+  for (auto& t : threads)
+    t.join();
+  finished.store(true);
+  watchdog.join();
+  EXPECT_GE(ev.sleeps(), static_cast<std::int64_t>(consumers * rounds));
+}
+
+// More workers than cores, with a busy thread on every core beside them, as on a shared
+// server: every run ends (no worker waits forever for one that is not scheduled: a
+// livelock or a lost wake-up hangs, and ctest's timeout fails it), delivers exactly what
+// the kernel delivered, and under the 10:1 flood every legit datagram. Nothing is timed.
+TEST(DefragRun, MoreWorkersThanCoresBesideBusyThreads) {
+  const auto expected = read_expected(data_dir / "kernel-seed1.expected.json");
+  const auto cap = defrag::pcap_io::read_capture((data_dir / "kernel-seed1.pcapng").string());
+  defrag::synthetic::options so;
+  so.datagrams = 200;
+  so.flood = 10;
+  const auto flood = defrag::synthetic::generate(so);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (unsigned k = 0; k < std::max(1u, std::thread::hardware_concurrency()); ++k)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  for (unsigned threads : {3u, 8u}) {
+    for (auto rss : {defrag::driver::rss_mode::ports, defrag::driver::rss_mode::addresses}) {
+      SCOPED_TRACE(std::to_string(threads) + " workers, RSS by " +
+                   std::string(defrag::driver::name(rss)));
+      defrag::driver::run_options o;
+      o.threads = threads;
+      o.rss = rss;
+      o.repeat = 1;
+      const auto r = defrag::driver::run(cap, o);
+      defrag::verdict::judge j(expected);
+      for (const auto& d : r.out)
+        j.add(r.datagram(d));
+      const auto v = j.finish();
+      EXPECT_TRUE(v.exact()) << v.matched << " of " << v.expected << ", " << v.extra << " extra";
+      EXPECT_EQ(r.first[counter::packets_in], static_cast<std::int64_t>(cap.packets.size()));
+      EXPECT_EQ(r.held_bytes_at_end, r.memory_bytes_at_end);
+
+      const auto f = defrag::driver::run(flood.cap, o);
+      const auto d = count_legit(f, flood.legit_datagrams);
+      EXPECT_EQ(d.legit, flood.legit_datagrams);
+      EXPECT_EQ(d.repeated, 0u);
+      EXPECT_EQ(f.held_bytes_at_end, f.memory_bytes_at_end);
+      EXPECT_LE(f.held_bytes_at_end, o.cfg.budget_bytes);
+    }
+  }
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& t : busy)
+    t.join();
 }
 
 // The 2021 pattern: 1766 bogus 1480-byte first fragments at once fill the budget, then

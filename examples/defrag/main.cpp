@@ -57,6 +57,10 @@ options:
                      hashes every packet by its addresses alone (`ethtool -N DEV
                      rx-flow-hash udp4 sd`, and so for each flow type): each datagram's
                      fragments reach the worker that owns it, and nothing is steered
+  --shared-nothing   the ceiling for sharing: an engine of its own per worker (its
+                     share of the budget and of the buckets), fed its queue of RSS by
+                     addresses, nothing shared and no pacing, as DPDK's per-core
+                     reassembly (not with --global-lock, --no-steer or --rss)
   --no-steer         each worker feeds the engine what RSS gave it; by default a
                      fragment is handed to the worker that owns its datagram (a hash
                      of its addresses picks it), as RPS steers packets to a cpu
@@ -108,6 +112,7 @@ struct options {
   bool synthetic = false;
   defrag::synthetic::options syn;
   bool help = false;
+  bool rss_given = false;
 };
 
 struct bad_option : std::runtime_error {
@@ -174,8 +179,11 @@ options parse(int argc, char** argv) {
       const auto m = defrag::driver::parse_rss(v);
       if (!m) throw bad_option("--rss: unknown mode '" + std::string(v) + "' (ports or addresses)");
       o.run.rss = *m;
+      o.rss_given = true;
     } else if (a == "--no-steer") {
       o.run.steer = false;
+    } else if (a == "--shared-nothing") {
+      o.run.shared_nothing = true;
     } else if (a == "--budget") {
       o.run.cfg.budget_bytes = parse_bytes(a, value());
     } else if (a == "--timeout") {
@@ -217,6 +225,11 @@ options parse(int argc, char** argv) {
   if (!o.synthetic && o.input.empty()) throw bad_option("no INPUT (or --synthetic)");
   if (!o.synthetic && (o.syn.flood != 0 || o.syn.blackout || o.syn.datagrams != 0))
     throw bad_option("--datagrams, --flood and --blackout need --synthetic");
+  if (o.run.shared_nothing && (o.run.global_lock || !o.run.steer || o.rss_given))
+    throw bad_option(
+        "--shared-nothing shares nothing and spreads by addresses: no --global-lock, "
+        "--no-steer or --rss");
+  if (o.run.shared_nothing) o.run.rss = defrag::driver::rss_mode::addresses;
   if (o.run.paired_threads != 0 && o.run.repeat == 0)
     throw bad_option("--paired-with needs --repeat");
   return o;
@@ -265,7 +278,10 @@ void print_summary(std::ostream& os, const report& rep) {
   os << "hotpath-defrag: " << (o.synthetic ? "synthetic traffic" : o.input) << " ("
      << link_name(rep.cap.link_type) << "), policy " << defrag::name(o.run.cfg.pol) << ", "
      << o.run.threads << (o.run.threads == 1 ? " worker" : " workers") << ", "
-     << (o.run.global_lock ? "one global lock" : "per-bucket locks") << "\n";
+     << (o.run.global_lock      ? "one global lock"
+         : o.run.shared_nothing ? "shared nothing (an engine per worker)"
+                                : "per-bucket locks")
+     << "\n";
   auto line = [&](std::string_view what, std::int64_t v, std::string_view note = {}) {
     os << "  " << what << std::string(what.size() < 22 ? 22 - what.size() : 1, ' ') << v;
     if (!note.empty()) os << "  " << note;
@@ -293,6 +309,8 @@ void print_summary(std::ostream& os, const report& rep) {
   line("incomplete at end", rep.r.pending_at_end, "(expired once the capture ended)");
   if (rep.r.handed_off > 0)
     line("handed off", rep.r.handed_off, "(fragments steered to their datagram's worker)");
+  if (rep.r.sleeps > 0)
+    line("worker sleeps", rep.r.sleeps, "(a worker slept until another one caught up; all passes)");
   std::int64_t budget = o.run.cfg.budget_bytes;
   std::ostringstream pct;
   pct.precision(1);
@@ -366,6 +384,7 @@ void write_json(std::ostream& os, const report& rep) {
   os << "  \"policy\": " << str(defrag::name(o.run.cfg.pol)) << ",\n";
   os << "  \"threads\": " << o.run.threads << ",\n";
   os << "  \"global_lock\": " << (o.run.global_lock ? "true" : "false") << ",\n";
+  os << "  \"shared_nothing\": " << (o.run.shared_nothing ? "true" : "false") << ",\n";
   os << "  \"rss\": " << str(defrag::driver::name(o.run.rss)) << ",\n";
   os << "  \"frames_in\": " << rep.cap.frames_in << ",\n";
   os << "  \"not_ip\": " << rep.cap.not_ip << ",\n";
@@ -377,6 +396,7 @@ void write_json(std::ostream& os, const report& rep) {
        << ",\n";
   os << "  \"pending_at_end\": " << rep.r.pending_at_end << ",\n";
   os << "  \"handed_off\": " << rep.r.handed_off << ",\n";
+  os << "  \"sleeps\": " << rep.r.sleeps << ",\n";
   os << "  \"peak_memory_bytes\": " << st.peak_memory_bytes << ",\n";
   os << "  \"budget_bytes\": " << o.run.cfg.budget_bytes << ",\n";
   if (rep.legit) {
