@@ -899,17 +899,21 @@ TEST(DefragFlood, TenToOneDeliversAtLeast99Percent) {
 }
 
 // progress.hpp, how a blocked worker sleeps: a sleeper comes out once the progress it
-// waits for is published (a position at least its need; anything, for `any`). The
-// producer stops one short of each consumer's need until that consumer sleeps (or is
-// about to), so the sleeping path runs every time; a lost wake-up hangs, and the
-// watchdog then ends the test with a message.
+// waits for is published (a position at least its need; anything, for `any`). Each
+// consumer is registered to sleep (its next wait() sleeps) before the producer
+// publishes what frees it, and the producer publishes nothing more until that
+// consumer is out, so a lost wake-up is never covered by a later one: it hangs, and the
+// watchdog then ends the test with a message (with the futex wake left out, it does).
 TEST(DefragProgress, SleepersWakeOnTheProgressTheyWaitFor) {
   using defrag::driver::detail::progress;
   constexpr std::size_t consumers = 3, rounds = 50;
   progress ev(consumers + 1);
   std::atomic<std::size_t> position{0}, anything{0};
   std::atomic<bool> finished{false};
-  std::atomic<std::size_t> asleep_in[consumers + 1] = {};  // the round a consumer sleeps in
+  // Per consumer, the round in which it is registered to sleep, and the round it has
+  // come out of: for a position, then for anything.
+  std::atomic<std::size_t> asleep_in[consumers + 1] = {}, out_of[consumers + 1] = {};
+  std::atomic<std::size_t> any_asleep_in[consumers + 1] = {}, any_out_of[consumers + 1] = {};
   std::thread watchdog([&] {
     for (int k = 0; k < 1200 && !finished.load(); ++k)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -925,34 +929,45 @@ TEST(DefragProgress, SleepersWakeOnTheProgressTheyWaitFor) {
         const std::size_t need = r * 10 + c;
         progress::waiting w{c};
         while (position.load(std::memory_order_relaxed) < need) {
-          if (w.registered) asleep_in[c].store(r);  // this call sleeps
+          if (w.registered) asleep_in[c].store(r);
           ev.wait(w, need, 0);
         }
         ev.done(w);
+        out_of[c].store(r);
         progress::waiting a{c};
-        while (anything.load(std::memory_order_relaxed) < r)
+        while (anything.load(std::memory_order_relaxed) < r) {
+          if (a.registered) any_asleep_in[c].store(r);
           ev.wait(a, progress::any, 0);
+        }
         ev.done(a);
+        any_out_of[c].store(r);
       }
     });
+  auto until = [](auto&& ready) {
+    while (!ready())
+      std::this_thread::yield();
+  };
   for (std::size_t r = 1; r <= rounds; ++r) {
     for (std::size_t c = 1; c <= consumers; ++c) {
       const std::size_t need = r * 10 + c;
       position.store(need - 1, std::memory_order_relaxed);
-      ev.reached(need - 1);
-      while (asleep_in[c].load() != r)  // nothing frees it yet: it goes to sleep
-        std::this_thread::yield();
+      ev.reached(need - 1);  // not enough: consumer c goes on waiting
+      until([&] { return asleep_in[c].load() == r; });
       position.store(need, std::memory_order_relaxed);
       ev.reached(need);
+      until([&] { return out_of[c].load() == r; });
     }
+    for (std::size_t c = 1; c <= consumers; ++c)
+      until([&] { return any_asleep_in[c].load() == r; });
     anything.store(r, std::memory_order_relaxed);
     ev.advanced();
+    for (std::size_t c = 1; c <= consumers; ++c)
+      until([&] { return any_out_of[c].load() == r; });
   }
   for (auto& t : threads)
     t.join();
   finished.store(true);
   watchdog.join();
-  EXPECT_GE(ev.sleeps(), static_cast<std::int64_t>(consumers * rounds));
 }
 
 // More workers than cores, with a busy thread on every core beside them, as on a shared

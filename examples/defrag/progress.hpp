@@ -59,7 +59,10 @@ class progress {
   }
 
  public:
-  static constexpr std::size_t any = 0;  // a sleeper's need: any progress frees it
+  // A sleeper's need: any progress frees it. (A position need is never 0: a worker
+  // whose need would be 0 is within reach of every position; reached(0) wakes only
+  // these.)
+  static constexpr std::size_t any = 0;
 
   explicit progress(std::size_t workers)
       : sleepers_(std::make_unique<sleeper[]>(workers)), workers_(workers) {}
@@ -128,7 +131,8 @@ class progress {
     w.registered = false;
   }
 
-  // How often a worker slept: what the run reports.
+  // How often a worker went to sleep (one woken as it did so returns at once, and counts
+  // too): what the run reports.
   std::int64_t sleeps() const noexcept {
     return sleeps_.load(std::memory_order_relaxed);
   }

@@ -33,6 +33,7 @@ struct delivered {
 namespace detail {
 
 inline constexpr std::size_t done = std::numeric_limits<std::size_t>::max();
+// reached(done) wakes every sleeper: no need is above it (progress.hpp).
 
 inline std::int64_t thread_cpu_ns() {
   return hotpath::measure::thread_cpu_time().count();
@@ -395,6 +396,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
       continue;
     }
     // Nothing to steer either (done, or a ring full): say how far this worker has come,
+    // (A sleeper in pace() counts on this: the position a blocked worker publishes is
+    // above everything it waits on, which lies ahead of the sleeper, so it is at least
+    // the sleeper's need and wakes it.)
     // for pace(). The next packet it processes is at least the first it holds, its own
     // next one to steer and every other worker's `received`. (Left at the last packet
     // processed, a worker that owns little held back, in pace(), the one it was handing
