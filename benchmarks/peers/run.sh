@@ -5,6 +5,7 @@
 #   docs/results/showdown.json          Google Benchmark's JSON
 #   docs/results/showdown-machine.json  cores, CPU model, load average, kernel, date, peers
 # and draw docs/img/showdown-*.svg (benchmarks/peers/plot.py, python3-matplotlib).
+# Refuses on a busy machine (load average above 1.5) unless HOTPATH_SHOWDOWN_BUSY=1.
 # Usage: benchmarks/peers/run.sh [path/to/hotpath-showdown] [extra benchmark flags]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,6 +22,15 @@ mkdir -p "$out"
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo none; }
 load_before=$(load)
+# The results and plots it writes are the front page's: a busy machine's figures would
+# mislead. Above a load average of 1.5 (one minute) it refuses, unless
+# HOTPATH_SHOWDOWN_BUSY=1 (the plots' footer shows the load either way).
+if awk -v l="${load_before%% *}" 'BEGIN { exit !(l > 1.5) }' && [ "${HOTPATH_SHOWDOWN_BUSY:-0}" != 1 ]; then
+  echo "showdown: load average ${load_before%% *} is above 1.5: the machine is busy and the" \
+    "front page's figures would mislead. Wait for a quiet machine, or set" \
+    "HOTPATH_SHOWDOWN_BUSY=1 to write them anyway." >&2
+  exit 1
+fi
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 # Aggregates only (mean, median, stddev, cv of the 5): the file stays small. Run from
