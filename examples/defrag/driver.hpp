@@ -52,16 +52,19 @@ struct run_options {
   unsigned threads = 1;
   unsigned repeat = 0;       // passes after the first, each on a fresh engine, timed
   bool global_lock = false;  // one std::mutex around the engine: the baseline
-  // Most packets a worker runs ahead of the slowest one. Small against what the budget
-  // holds (about 1500 fragments at 4 MiB): in real time these packets arrived together,
-  // and a worker far ahead would evict, under a flood, datagrams whose next fragments
-  // a slower worker has yet to deliver.
-  std::size_t window = 256;
+  // Most packets a worker runs ahead of the slowest one; 0: half the 1500-byte fragments
+  // the budget holds, from 64 to 1024 (744 at 4 MiB; window_for()). Small against what
+  // the budget holds: in real time these packets arrived together, and a worker far
+  // ahead would evict, under a flood, datagrams whose next fragments a slower worker
+  // has yet to deliver. Each time it waits costs a wake-up when cores are shared, so not
+  // smaller than that (256 made 3-8 workers on two cores 1.5-2x slower).
+  std::size_t window = 0;
   // Most capture time a worker runs ahead of the slowest one (the clock being the
-  // latest timestamp seen up to a packet): in sparse traffic 256 packets can span
-  // seconds, and a worker that far ahead would expire, by its clock, datagrams whose
-  // fragments a slower worker has yet to deliver. On a host the cores' clocks agree.
-  std::int64_t skew_ns = 1'000'000;
+  // latest timestamp seen up to a packet): in sparse traffic a window of packets can
+  // span seconds, and a worker that far ahead would expire, by its clock, datagrams
+  // whose fragments a slower worker has yet to deliver: 10 ms, a thousandth of the
+  // shortest default timeout (with 1 ms this bound, not the window, held dense traffic).
+  std::int64_t skew_ns = 10'000'000;
   // Hand each fragment that RSS gave to one worker over to the worker that owns its
   // datagram (a hash of its addresses picks it), as RPS steers packets to a cpu:
   // a datagram's table entry is then touched by one core only. Off: every worker
@@ -117,6 +120,12 @@ struct run_result {
   }
 };
 
+// The pacing window run_options::window = 0 stands for.
+inline std::size_t window_for(const config& c) {
+  const auto fragments = static_cast<std::size_t>(c.budget_bytes / truesize(1500));
+  return std::clamp<std::size_t>(fragments / 2, 64, 1024);
+}
+
 namespace detail {
 
 // One pass on a fresh engine, made in `engines` (one per worker with shared_nothing);
@@ -145,7 +154,7 @@ inline std::int64_t pass(std::vector<std::unique_ptr<engine>>& engines, const pc
            cap,
            rx,
            slots,
-           o.window,
+           o.window ? o.window : window_for(c),
            o.skew_ns,
            capture_clock,
            sweep_period_ns(c),
@@ -197,7 +206,7 @@ inline std::int64_t pass(std::vector<std::unique_ptr<engine>>& engines, const pc
                                     cap,
                                     rx,
                                     own[w],
-                                    o.window,
+                                    o.window ? o.window : window_for(c),
                                     o.skew_ns,
                                     capture_clock,
                                     sweep_period_ns(part),

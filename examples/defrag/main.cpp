@@ -72,7 +72,9 @@ options:
                      budget, a power of two: 2048 for 4 MiB)
   --window N         most packets (in capture order) a worker may run ahead of the
                      slowest one, as packets that arrive together are handled together
-                     (default: 256; larger lets workers drift apart in capture time)
+                     (default: half the 1500-byte fragments the budget holds, 64 to
+                     1024: 744 for 4 MiB; larger lets workers drift apart in capture
+                     time; workers also stay within 10 ms of capture time)
   --repeat N         after the first pass (the one written), replay the capture from
                      memory N more times, each on a fresh engine, and report
                      ns_per_fragment: the median pass's wall time over fragments in
