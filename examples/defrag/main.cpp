@@ -73,8 +73,9 @@ options:
   --window N         most packets (in capture order) a worker may run ahead of the
                      slowest one, as packets that arrive together are handled together
                      (default: half the 1500-byte fragments the budget holds, 64 to
-                     1024: 744 for 4 MiB; larger lets workers drift apart in capture
-                     time; workers also stay within 10 ms of capture time)
+                     1024: 744 for 4 MiB; 256 with --no-steer; larger lets workers
+                     drift apart in capture time; workers also stay within 10 ms of
+                     capture time, 1 ms with --no-steer)
   --repeat N         after the first pass (the one written), replay the capture from
                      memory N more times, each on a fresh engine, and report
                      ns_per_fragment: the median pass's wall time over fragments in
