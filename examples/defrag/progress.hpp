@@ -18,18 +18,9 @@
 #include <limits>
 #include <memory>
 
-namespace defrag::driver::detail {
+#include <hotpath/detail/config.hpp>  // cpu_relax(), HOTPATH_TSAN: as the locks spin and fence
 
-// The spin-wait hint (x86 pause, arm64 yield), as the locks' waiters spin with.
-inline void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#else
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-#endif
-}
+namespace defrag::driver::detail {
 
 // Spin rounds without progress before sleeping, each 16 pauses (26 us in all on this
 // guest): about two positions' worth of another worker's work, far less than a time
@@ -45,14 +36,8 @@ class progress {
   // The store-then-load fence both sides of a sleep need (Dekker). ThreadSanitizer does
   // not model fences: there, an RMW on one word, which orders the two sides for it too.
   void full_fence() noexcept {
-#if defined(__SANITIZE_THREAD__)
+#if HOTPATH_TSAN
     fence_word_.fetch_add(0, std::memory_order_seq_cst);
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    fence_word_.fetch_add(0, std::memory_order_seq_cst);
-#else
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
 #else
     std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
@@ -100,7 +85,7 @@ class progress {
         ++w.idle;
         ++w.round;
         for (int k = 0; k < 16; ++k)
-          pause();
+          hotpath::detail::cpu_relax();
         return;
       }
     }

@@ -304,14 +304,13 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   // The first in capture order of the packets handed to this worker (`from`: whose).
   auto first_handed = [&](std::size_t& from) {
     std::uint32_t x = none;
+    bool freed = false;  // room in a ring, whose producer may be blocked on it
     for (std::size_t w = 0; w < workers; ++w) {
+      if (w == me) continue;
       std::uint32_t v;
-      if (w != me && s.ring(w, me).peek(v, prefetch) && v < x) x = v, from = w;
+      if (s.ring(w, me).peek(v, prefetch) && v < x) x = v, from = w;
+      freed |= s.ring(w, me).take_freed();
     }
-    // Room freed in a ring: its producer may be blocked on it.
-    bool freed = false;
-    for (std::size_t w = 0; w < workers; ++w)
-      if (w != me) freed |= s.ring(w, me).take_freed();
     if (freed) s.ev.advanced();
     return x;
   };
