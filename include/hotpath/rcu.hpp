@@ -28,34 +28,54 @@
 // exhausted). What glibc allocates for thread_locals can still abort (docs/rcu.md).
 //
 // fork() is handled as liburcu does (detail/fork.hpp): in the child, readers of
-// threads that did not survive the fork no longer hold up grace periods.
+// threads that did not survive the fork no longer hold up grace periods, and the
+// reclaimer thread, which did not survive either, is started again by the child's
+// first retire (what was pending at the fork waits for it, or for rcu_barrier()).
 //
 // Read-side sections must not be entered from a signal handler: lock() counts the
 // nesting before it stores the sequence, so a handler that interrupts it between
 // the two would find itself "nested" in a section that does not hold writers yet.
 //
-// Retire pushes onto a lock-free list and never waits for a grace period: when a
-// batch has gathered, the retiring thread starts a grace period for it and polls
-// it on later retires (a thread inside a read-side section does this at its
-// outermost unlock(), so writers that only retire inside sections still reclaim,
-// and no deleter runs inside a caller's section); reclamation runs the batch once
-// every reader has passed. rcu_synchronize and rcu_barrier are the only calls
-// that block, and calling them inside a read-side section is a precondition
-// violation (it would wait for itself), asserted in debug builds.
+// Retire pushes onto a lock-free list and closes batches, each reclaimed once every
+// reader has passed its grace period. A batch closes by size (batch_size retires:
+// the retiring thread starts the grace period, at its outermost unlock() if it is in
+// a section) or by age: the domain's reclaimer thread, started by the first retire,
+// sleeps until something is pending and closes the batch max_batch_age after its
+// first retire. The bound: an object is reclaimed within max_batch_age, plus the
+// read-side sections still open when its grace period starts, plus the reclaimer's
+// wake-up and its polling (naps of 10 us doubling up to 1 ms). The reclaimer never
+// opens a section, so no deleter runs inside a caller's; set_reclaimer_thread(false)
+// stops it, and then a batch closes by age only at a later retire.
+//
+// Memory: each retire counts its bytes (sizeof(T), or the caller's hint). One that
+// would take the backlog past backlog_limit() starts a grace period at once and,
+// outside a read-side section, waits for it before returning (as the kernel's
+// kvfree_rcu_mightsleep() does); inside one it cannot wait, and the backlog goes
+// over until its outermost unlock(). rcu_synchronize, rcu_barrier and such a retire
+// are the only calls that block; calling the first two inside a read-side section is
+// a precondition violation (it would wait for itself), asserted in debug builds.
+//
+// Exit: the reclaimer registers an atexit handler when it starts; once exit() has
+// run it, no deleter runs in the reclaimer or in a retire's poll (rcu_barrier still
+// reclaims). What is still pending stays reachable from the domain: not a leak.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <thread>
 #include <utility>
 
+#include "hotpath/detail/background_thread.hpp"
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/fork.hpp"
+#include "hotpath/detail/futex.hpp"
 #include "hotpath/detail/membarrier.hpp"
 #include "hotpath/detail/policy.hpp"
 
@@ -75,21 +95,56 @@ inline constexpr std::memory_order rcu_unlock_order = std::memory_order_release;
 struct rcu_node {
   rcu_node* rcu_next = nullptr;
   void (*rcu_reclaim)(rcu_node*) noexcept = nullptr;
+  std::size_t rcu_bytes = 0;  // counted against the domain's backlog limit
 };
+
+// The clock of batch ages: the policy's now_ns() if it has one (the deterministic
+// scheduler's stands still, so that a seed replays alike), else steady_clock.
+template <class Policy>
+inline std::uint64_t policy_now_ns() noexcept {
+  if constexpr (requires { Policy::now_ns(); }) {
+    return Policy::now_ns();
+  } else {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+  }
+}
+
+// May the domain start its reclaimer thread? Not where the policy says no (the
+// deterministic scheduler runs a test's threads as fibers, and nothing else).
+template <class Policy>
+inline constexpr bool policy_reclaimer_thread = [] {
+  if constexpr (requires { Policy::reclaimer_thread; }) {
+    return static_cast<bool>(Policy::reclaimer_thread);
+  } else {
+    return true;
+  }
+}();
 }  // namespace detail
 
 // A domain: the set of readers a grace period waits for. As in P2545 there are no
 // public constructors; basic_rcu_domain<Policy>::instance() is the one domain per
 // policy (the policy's wait strategy is how a grace period waits for readers).
+template <class T, class Policy>
+class basic_rcu_cell;
+
 template <class Policy = default_policy>
 class basic_rcu_domain {
+  template <class, class>
+  friend class basic_rcu_cell;  // charges a value's bytes before it unpublishes it
+
   using wait = typename Policy::wait;
   template <class T>
   using atomic = typename Policy::template atomic<T>;
 
  public:
-  // Retired objects gathered before a grace period is started for them.
+  // A batch of retired objects closes, and its grace period starts, when it holds
+  // batch_size objects or when its first is max_batch_age old, whichever comes first.
   static constexpr std::size_t batch_size = 64;
+  static constexpr std::chrono::microseconds max_batch_age{1000};
+  // Retired bytes not yet reclaimed, before a retire waits (set_backlog_limit()).
+  static constexpr std::size_t default_backlog_limit = std::size_t{64} << 20;
 
   // Never destroyed: threads and retired objects may outlive static destruction.
   // Built in static storage: a first use out of memory does not terminate.
@@ -145,27 +200,11 @@ class basic_rcu_domain {
     wait_for_readers(start_grace_period());
   }
 
-  // Schedules n->rcu_reclaim(n) after a grace period. Never blocks.
+  // Schedules n->rcu_reclaim(n) after a grace period, counting n->rcu_bytes. Blocks
+  // only to keep the backlog within its limit (charge()).
   void retire(detail::rcu_node* n) noexcept {
-    detail::rcu_node* head = pending_.load(std::memory_order_relaxed);
-    do {
-      n->rcu_next = head;
-      // Release: the reclaimer's exchange (acquire) in take_pending() sees *n.
-    } while (!pending_.compare_exchange_weak(head, n, std::memory_order_release,
-                                             std::memory_order_relaxed));
-    const std::size_t count = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
-    thread_state& s = local();
-    // Never from a deleter. Inside our own section, leave it to the outermost
-    // unlock(): our slot would hold up any batch we start (its ctr is older than
-    // the new sequence), and deleters should not run inside a caller's section.
-    if (count >= batch_size && !s.reclaiming) {
-      if (s.nesting == 0) {
-        poll();
-      } else {
-        s.poll_due = true;
-        s.unlock_work = true;
-      }
-    }
+    charge(n->rcu_bytes);
+    retire_charged(n, n->rcu_bytes);
   }
 
   // Returns after every retire scheduled before the call has been reclaimed.
@@ -177,11 +216,51 @@ class basic_rcu_domain {
     if (batch_ != nullptr) {
       wait_for_readers(batch_gp_);
       run(std::exchange(batch_, nullptr));
+      in_flight_.store(false, std::memory_order_relaxed);
     }
     if (detail::rcu_node* b = take_pending()) {
       wait_for_readers(start_grace_period());
       run(b);
     }
+  }
+
+  // The bytes retired and not yet reclaimed, and the limit past which a retire
+  // waits for a grace period (SIZE_MAX: never). A single object larger than the
+  // limit is retired alone.
+  std::size_t backlog_bytes() const noexcept { return backlog_.load(std::memory_order_relaxed); }
+  std::size_t backlog_limit() const noexcept {
+    return backlog_limit_.load(std::memory_order_relaxed);
+  }
+  void set_backlog_limit(std::size_t bytes) noexcept {
+    backlog_limit_.store(bytes, std::memory_order_relaxed);
+  }
+
+  // The reclaimer thread: allowed (the default, started by the next retire) or not.
+  // Disallowing it stops a running one and returns once it has exited: for programs
+  // that must not have a thread started behind their back (call it before the first
+  // retire), or that want none across a fork. Without it, batches still close by
+  // size, and by age at a later retire, but nothing bounds when the last ones go:
+  // call rcu_barrier(). Not from a deleter.
+  void set_reclaimer_thread(bool allowed) noexcept {
+    HOTPATH_ASSERT(!local().reclaiming, "set_reclaimer_thread() from a deleter");
+    std::scoped_lock l(thread_mutex_);
+    const std::uint32_t state = thread_state_.load(std::memory_order_relaxed);
+    if (allowed) {
+      if (state == thread_disallowed && detail::policy_reclaimer_thread<Policy>)
+        thread_state_.store(thread_idle, std::memory_order_relaxed);
+      return;
+    }
+    if (state == thread_running) {
+      stop_.store(true, std::memory_order_relaxed);
+      wake_reclaimer();
+      // Acquire: what the reclaimer did happens before our return.
+      while (exited_.load(std::memory_order_acquire) == 0)
+        detail::park(exited_, 0);
+    }
+    thread_state_.store(thread_disallowed, std::memory_order_relaxed);
+  }
+  bool reclaimer_running() const noexcept {
+    return thread_state_.load(std::memory_order_relaxed) == thread_running;
   }
 
   // Reader slots ever allocated (a diagnostic: bounded by the peak thread count).
@@ -227,6 +306,17 @@ class basic_rcu_domain {
   }
   static void child_after_fork() noexcept {
     basic_rcu_domain& d = instance();
+    // The reclaimer did not survive the fork (nor any thread starting or stopping it):
+    // the child's next retire starts its own. Not under ThreadSanitizer, which cannot
+    // follow threads started in the child of a multithreaded process.
+    new (&d.thread_mutex_) std::mutex;
+    if (HOTPATH_TSAN) {
+      d.thread_state_.store(thread_disallowed, std::memory_order_relaxed);
+    } else if (d.thread_state_.load(std::memory_order_relaxed) == thread_running) {
+      d.thread_state_.store(thread_idle, std::memory_order_relaxed);
+    }
+    d.stop_.store(false, std::memory_order_relaxed);
+    d.sleeping_.store(0, std::memory_order_relaxed);
     const thread_state& me = local();
     const reader* mine = me.rec;
     d.overflow_.store(me.overflow ? 1 : 0, std::memory_order_relaxed);
@@ -247,6 +337,7 @@ class basic_rcu_domain {
       default:
         break;
     }
+    d.in_flight_.store(d.batch_ != nullptr, std::memory_order_relaxed);
   }
 
   struct alignas(cache_line_size) reader {
@@ -445,28 +536,210 @@ class basic_rcu_domain {
   void run(detail::rcu_node* n) noexcept {
     thread_state& s = local();
     const bool was = std::exchange(s.reclaiming, true);
+    std::size_t bytes = 0;
     while (n != nullptr) {
       detail::rcu_node* next = n->rcu_next;
+      bytes += n->rcu_bytes;  // before the deleter frees n
       n->rcu_reclaim(n);
       n = next;
     }
+    // After the deleters: the backlog never reads less than what is still allocated.
+    backlog_.fetch_sub(bytes, std::memory_order_relaxed);
     s.reclaiming = was;
   }
 
-  // Non-blocking: finish the running batch if its readers have passed, and start
-  // a grace period for what is pending. If another thread is at it, leave it.
-  void poll() noexcept {
+  enum class poll_result : unsigned char { idle, in_flight, busy };
+
+  // Non-blocking: finish the running batch if its readers have passed, and (if
+  // `take`) start a grace period for what is pending. If another thread is at it,
+  // leave it. Once exit() has run our handler, reclaims nothing.
+  poll_result poll(bool take = true) noexcept {
     std::unique_lock l(reclaim_mutex_, std::try_to_lock);
-    if (!l.owns_lock()) return;
+    if (!l.owns_lock()) return poll_result::busy;
+    if (exiting_.load(std::memory_order_relaxed)) return poll_result::idle;
     if (batch_ != nullptr) {
-      if (!readers_passed(batch_gp_)) return;
+      if (!readers_passed(batch_gp_)) return poll_result::in_flight;
       run(std::exchange(batch_, nullptr));
+      in_flight_.store(false, std::memory_order_relaxed);
     }
-    batch_ = take_pending();
-    if (batch_ == nullptr) return;
+    if (!take || (batch_ = take_pending()) == nullptr) return poll_result::idle;
     batch_gp_ = start_grace_period();
     // Idle readers: the batch can go at once.
-    if (readers_passed(batch_gp_)) run(std::exchange(batch_, nullptr));
+    if (readers_passed(batch_gp_)) {
+      run(std::exchange(batch_, nullptr));
+      return poll_result::idle;
+    }
+    // Nobody may retire again: the reclaimer finishes it.
+    in_flight_.store(true, std::memory_order_relaxed);
+    wake_reclaimer();
+    return poll_result::in_flight;
+  }
+
+  // Counts `bytes` into the backlog before the caller retires them. Past the limit,
+  // starts a grace period at once and, where the caller may wait (outside a section,
+  // not in a deleter), waits until the backlog has room. The check and the count are
+  // one CAS, so that threads retiring at once cannot pass the limit together.
+  void charge(std::size_t bytes) noexcept {
+    thread_state& s = local();
+    const bool may_wait = s.nesting == 0 && !s.reclaiming;
+    bool polled = false;
+    std::size_t held = backlog_.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::size_t limit = backlog_limit_.load(std::memory_order_relaxed);
+      const bool over = held != 0 && bytes > limit - std::min(held, limit);
+      if (over && may_wait) {
+        if (std::exchange(polled, true)) {
+          barrier();  // the grace period has readers to wait for
+        } else {
+          (void)poll();  // with idle readers this reclaims everything
+        }
+        held = backlog_.load(std::memory_order_relaxed);
+        continue;
+      }
+      if (over && !s.reclaiming) s.poll_due = s.unlock_work = true;
+      // Relaxed: the count is a bound, not a publication (the push below is).
+      if (backlog_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed,
+                                         std::memory_order_relaxed))
+        return;
+    }
+  }
+
+  // Pushes n, charged `charged` bytes already (n->rcu_bytes is what run() uncounts).
+  // Never waits.
+  void retire_charged(detail::rcu_node* n, std::size_t charged) noexcept {
+    if (n->rcu_bytes != charged)  // modular: the sum comes out right either way
+      backlog_.fetch_add(n->rcu_bytes - charged, std::memory_order_relaxed);
+    detail::rcu_node* head = pending_.load(std::memory_order_relaxed);
+    do {
+      n->rcu_next = head;
+      // Release: the reclaimer's exchange (acquire) in take_pending() sees *n.
+    } while (!pending_.compare_exchange_weak(head, n, std::memory_order_release,
+                                             std::memory_order_relaxed));
+    const std::size_t count = pending_count_.fetch_add(1, std::memory_order_relaxed) + 1;
+    bool due = count >= batch_size;
+    // A batch's first retire, or no reclaimer: the batch's age is our business.
+    if (head == nullptr || thread_state_.load(std::memory_order_relaxed) != thread_running)
+        [[unlikely]]
+      due |= batch_started(head == nullptr);
+    thread_state& s = local();
+    // Never from a deleter. Inside our own section, leave it to the outermost
+    // unlock(): our slot would hold up any batch we start (its ctr is older than
+    // the new sequence), and deleters should not run inside a caller's section.
+    if (due && !s.reclaiming) {
+      if (s.nesting == 0) {
+        (void)poll();
+      } else {
+        s.poll_due = true;
+        s.unlock_work = true;
+      }
+    }
+  }
+
+  // After a push that found the list empty (`first`) or no reclaimer running: notes
+  // when the batch began, starts or wakes the reclaimer, and without one says
+  // whether the batch is old enough to close here.
+  [[gnu::noinline]] bool batch_started(bool first) noexcept {
+    const std::uint64_t now = detail::policy_now_ns<Policy>();
+    if (first) pending_since_.store(now, std::memory_order_relaxed);
+    switch (thread_state_.load(std::memory_order_relaxed)) {
+      case thread_running:
+        wake_reclaimer();
+        return false;
+      case thread_idle:
+        if (start_reclaimer()) return false;
+        break;
+      default:
+        break;
+    }
+    return now - pending_since_.load(std::memory_order_relaxed) >= age_ns;
+  }
+
+  static constexpr std::uint64_t age_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(max_batch_age).count();
+
+  bool start_reclaimer() noexcept {
+    std::unique_lock l(thread_mutex_, std::try_to_lock);  // never waits: someone is at it
+    if (!l.owns_lock() || exiting_.load(std::memory_order_relaxed) ||
+        thread_state_.load(std::memory_order_relaxed) != thread_idle)
+      return false;
+    // No deleter may run once exit() has begun: without the handler, no thread.
+    if (!exit_handler_ && std::atexit(&stop_at_exit) != 0) return false;
+    exit_handler_ = true;
+    stop_.store(false, std::memory_order_relaxed);
+    exited_.store(0, std::memory_order_relaxed);
+    if (!detail::start_background_thread(&reclaimer_main, this))
+      return false;  // tried again next batch
+    thread_state_.store(thread_running, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Dekker with the reclaimer's sleep: whoever publishes work (a push, an in-flight
+  // batch, stop_) then reads sleeping_; the reclaimer stores it, then reads the work.
+  void wake_reclaimer() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_relaxed) != 0 &&
+        sleeping_.exchange(0, std::memory_order_relaxed) != 0)
+      detail::unpark_all(sleeping_);
+  }
+
+  bool has_work() const noexcept {
+    return pending_.load(std::memory_order_relaxed) != nullptr ||
+           in_flight_.load(std::memory_order_relaxed);
+  }
+
+  static void* reclaimer_main(void* self) noexcept {
+    auto* d = static_cast<basic_rcu_domain*>(self);
+    d->reclaim_loop();
+    d->exited_.store(1, std::memory_order_release);  // for set_reclaimer_thread(false)
+    detail::unpark_all(d->exited_);
+    return nullptr;
+  }
+
+  // The reclaimer: sleeps until something is pending, lets the batch reach its age
+  // (a retiring thread may close it sooner, by size), then polls until no grace
+  // period is in flight, napping between polls: readers never wake anybody.
+  void reclaim_loop() noexcept {
+    for (;;) {
+      while (!has_work()) {
+        if (stop_.load(std::memory_order_relaxed)) return;
+        sleeping_.store(1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!has_work() && !stop_.load(std::memory_order_relaxed)) detail::park(sleeping_, 1);
+        sleeping_.store(0, std::memory_order_relaxed);
+      }
+      if (stop_.load(std::memory_order_relaxed)) return;
+      if (pending_.load(std::memory_order_relaxed) != nullptr) {
+        // pending_since_ may be a later batch's (then we close early) or stale
+        // (earlier): never later than when we saw this one.
+        const std::uint64_t seen = detail::policy_now_ns<Policy>();
+        const std::uint64_t since = std::min(pending_since_.load(std::memory_order_relaxed), seen);
+        if (seen - since < age_ns)
+          std::this_thread::sleep_for(std::chrono::nanoseconds(age_ns - (seen - since)));
+      }
+      auto nap = std::chrono::microseconds(10);
+      for (bool take = true; !stop_.load(std::memory_order_relaxed); take = false) {
+        if (poll(take) == poll_result::idle) break;
+        std::this_thread::sleep_for(nap);
+        if (nap < std::chrono::milliseconds(1)) nap *= 2;
+      }
+    }
+  }
+
+  // atexit: after this returns, the reclaimer runs no deleter (a poll holds
+  // reclaim_mutex_ while it runs one, and checks exiting_ under it), and neither
+  // does a retire. Taken as prepare_fork() takes it.
+  static void stop_at_exit() noexcept {
+    basic_rcu_domain& d = instance();
+    d.exiting_.store(true, std::memory_order_relaxed);
+    d.stop_.store(true, std::memory_order_relaxed);
+    d.wake_reclaimer();
+    const thread_state& s = local();
+    if (s.reclaiming) return;  // exit() from a deleter: we hold it
+    if (s.nesting == 0) {
+      std::scoped_lock l(d.reclaim_mutex_);
+    } else if (d.reclaim_mutex_.try_lock()) {
+      d.reclaim_mutex_.unlock();
+    }
   }
 
   // Readers load gp_seq_ on every outermost lock(); writers bump it once per grace
@@ -485,10 +758,27 @@ class basic_rcu_domain {
   atomic<std::uint64_t> overflow_{0};
   alignas(cache_line_size) atomic<detail::rcu_node*> pending_{nullptr};
   atomic<std::size_t> pending_count_{0};
+  atomic<std::size_t> backlog_{0};  // bytes retired and not yet reclaimed
+  std::atomic<std::size_t> backlog_limit_{default_backlog_limit};
+  std::atomic<std::uint64_t> pending_since_{0};  // policy_now_ns() of the batch's first retire
   std::mutex reclaim_mutex_;
   detail::rcu_node* batch_ = nullptr;      // guarded by reclaim_mutex_
   std::uint64_t batch_gp_ = 0;             // guarded by reclaim_mutex_
   fork_hold fork_hold_ = fork_hold::none;  // who holds reclaim_mutex_ across a fork
+  std::atomic<bool> in_flight_{false};     // batch_ != nullptr, for the reclaimer to see
+  std::atomic<bool> exiting_{false};       // exit() has run stop_at_exit()
+
+  // The reclaimer thread. thread_state_ changes under thread_mutex_.
+  static constexpr std::uint32_t thread_idle = 0;  // started by the next batch
+  static constexpr std::uint32_t thread_running = 1;
+  static constexpr std::uint32_t thread_disallowed = 2;
+  std::atomic<std::uint32_t> thread_state_{
+      detail::policy_reclaimer_thread<Policy> ? thread_idle : thread_disallowed};
+  std::atomic<std::uint32_t> sleeping_{0};  // the reclaimer's futex word: 1 while it sleeps
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint32_t> exited_{0};  // futex word: 1 once the reclaimer has stopped
+  std::mutex thread_mutex_;
+  bool exit_handler_ = false;  // guarded by thread_mutex_
 };
 
 using rcu_domain = basic_rcu_domain<>;
@@ -507,9 +797,12 @@ void rcu_barrier(basic_rcu_domain<Policy>& dom = rcu_default_domain()) noexcept 
   dom.barrier();
 }
 
-// Schedules d(p) after a grace period in dom. Allocates one small node.
+// Schedules d(p) after a grace period in dom. Allocates one small node. `bytes` is
+// what p counts against the domain's backlog limit (a hotpath extension of P2545:
+// say what p owns, where that is more than sizeof(T)).
 template <class T, class D = std::default_delete<T>, class Policy = default_policy>
-void rcu_retire(T* p, D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain()) {
+void rcu_retire(T* p, D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain(),
+                std::size_t bytes = sizeof(T)) {
   struct box : detail::rcu_node {
     box(T* q, D&& e) : p(q), d(std::move(e)) {}
     T* p;
@@ -521,18 +814,22 @@ void rcu_retire(T* p, D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_dom
     self->d(self->p);
     delete self;
   };
+  b->rcu_bytes = bytes;
   dom.retire(b);
 }
 
 // Base of an object that retires itself with no allocation: T derives from
-// rcu_obj_base<T, D>; x->retire() schedules D()(x) after a grace period.
+// rcu_obj_base<T, D>; x->retire() schedules D()(x) after a grace period. `bytes` as
+// in rcu_retire().
 template <class T, class D = std::default_delete<T>>
 class rcu_obj_base : private detail::rcu_node {
  public:
   template <class Policy = default_policy>
-  void retire(D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain()) noexcept {
+  void retire(D d = D(), basic_rcu_domain<Policy>& dom = rcu_default_domain(),
+              std::size_t bytes = sizeof(T)) noexcept {
     deleter_ = std::move(d);
     rcu_reclaim = &reclaim;
+    rcu_bytes = bytes;
     dom.retire(static_cast<detail::rcu_node*>(this));
   }
 

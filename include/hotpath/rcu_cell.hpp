@@ -5,7 +5,11 @@
 //   read()    a guard: an open read-side section and a const T& that stays valid
 //             until the guard goes; costs what rcu_domain::lock() costs plus a load.
 //   store()   publishes a new T and retires the old one (reclaimed after every
-//             reader that might hold it has left its section).
+//             reader that might hold it has left its section). A value counts
+//             sizeof(T) against the domain's backlog limit, or what store(p, bytes)
+//             says it owns; outside a read-side section, a store that would take
+//             the backlog past the limit waits for a grace period first, so that
+//             the retired values of one writer never hold more than the limit.
 //   update(f) publishes f(current); writers are serialised, so no update is lost.
 //
 // The pointer word is never null. Writers may call store()/update() from inside a
@@ -19,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -75,22 +80,29 @@ class basic_rcu_cell {
   explicit basic_rcu_cell(T value) : basic_rcu_cell(std::make_unique<T>(std::move(value))) {}
 
   // Retires rather than deletes: a reader may still hold a guard on the last value.
-  ~basic_rcu_cell() { retire(std::move(last_), ptr_.load(std::memory_order_relaxed)); }
+  ~basic_rcu_cell() {
+    last_->rcu_bytes = bytes_;
+    retire(std::move(last_), ptr_.load(std::memory_order_relaxed), 0);
+  }
 
   basic_rcu_cell(const basic_rcu_cell&) = delete;
   basic_rcu_cell& operator=(const basic_rcu_cell&) = delete;
 
   [[nodiscard]] guard read() const noexcept { return guard(*this); }
 
-  void store(std::unique_ptr<T> p) {
+  void store(std::unique_ptr<T> p, std::size_t bytes = sizeof(T)) {
     HOTPATH_ASSERT(p != nullptr, "rcu_cell::store() of a null pointer");
     auto node = std::make_unique<retire_node>();  // before anything changes
+    // Before the old value is unpublished, and before writer_: a store that waits
+    // here must not hold up a writer inside a section that the wait waits for.
+    dom_.charge(bytes);
     T* old;
     {
       std::scoped_lock l(writer_);
       old = publish(p.release());
+      node->rcu_bytes = std::exchange(bytes_, bytes);
     }
-    retire(std::move(node), old);
+    retire(std::move(node), old, bytes);
   }
   void store(T value) { store(std::make_unique<T>(std::move(value))); }
 
@@ -98,14 +110,16 @@ class basic_rcu_cell {
   template <class F>
   void update(F f) {
     auto node = std::make_unique<retire_node>();  // before anything changes
+    dom_.charge(sizeof(T));                       // as in store()
     T* old;
     {
       std::scoped_lock l(writer_);
       // Relaxed: only writers change ptr_, and we hold their lock.
       const T& current = *ptr_.load(std::memory_order_relaxed);
       old = publish(new T(f(current)));  // f(current) constructs the T in place
+      node->rcu_bytes = std::exchange(bytes_, sizeof(T));
     }
-    retire(std::move(node), old);
+    retire(std::move(node), old, sizeof(T));
   }
 
  private:
@@ -123,10 +137,11 @@ class basic_rcu_cell {
     // Release pairs with the acquire load in guard: readers see a constructed T.
     return ptr_.exchange(fresh, std::memory_order_acq_rel);
   }
-  void retire(std::unique_ptr<retire_node> node, T* old) noexcept {
+  // `charged`: the bytes charge() counted for it (node->rcu_bytes is its own).
+  void retire(std::unique_ptr<retire_node> node, T* old, std::size_t charged) noexcept {
     node->value = old;
     node->rcu_reclaim = &retire_node::reclaim;
-    dom_.retire(node.release());
+    dom_.retire_charged(node.release(), charged);
   }
 
   // Read on every packet (the domain beside it saves readers a static-init check);
@@ -134,6 +149,7 @@ class basic_rcu_cell {
   alignas(cache_line_size) typename Policy::template atomic<T*> ptr_;
   domain& dom_ = domain::instance();
   std::unique_ptr<retire_node> last_;  // retires the value the destructor finds
+  std::size_t bytes_ = sizeof(T);      // the current value's, guarded by writer_
   alignas(cache_line_size) std::mutex writer_;
 };
 

@@ -366,6 +366,10 @@ struct policy {
   static unsigned current_cpu() noexcept { return choose(2); }
   // bucket_table's eviction sampling: which buckets it probes is a scheduler decision.
   static std::uint64_t random() noexcept { return choose(1u << 31); }
+  // RCU: the fibers are the only threads (no reclaimer thread), and batch ages stand
+  // still (a batch closes by size or at rcu_barrier()), so that seeds replay alike.
+  static constexpr bool reclaimer_thread = false;
+  static std::uint64_t now_ns() noexcept { return 0; }
   // queued_lock's thread slot: the scheduled thread's id (0 outside run()).
   static std::uint32_t thread_slot() noexcept { return thread_id(); }
   template <class T>

@@ -14,8 +14,9 @@
 // unpark_channel(word, channel), unpark_all(word) (detail/futex.hpp), light_fence(),
 // heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter, bucket_table),
 // thread_slot() (queued_lock's name for the calling thread, instead of
-// detail/thread_slots.hpp's) and local<T>() (a thread's own T:
-// detail::policy_local() below). The
+// detail/thread_slots.hpp's), local<T>() (a thread's own T:
+// detail::policy_local() below), now_ns() (the clock of RCU's batch ages) and
+// `static constexpr bool reclaimer_thread` (false: RCU starts no thread). The
 // deterministic scheduler of tests/schedule/ defines them all; basic_policy defines
 // none, so the default path is the plain calls (detail::policy_park() and friends
 // choose at compile time).

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// The process around a test: its threads, and children it forks.
+#pragma once
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace hotpath::test {
+
+// Threads of this process (/proc/self/task), or -1.
+inline int threads_now() {
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d))
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// Waits for child `pid` to exit and returns its exit status: -1 if it died of a
+// signal or did not exit within `limit` (it is then killed), -2 if pid is not a child.
+inline int wait_child(pid_t pid, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  if (pid <= 0) return -2;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0) return -2;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace hotpath::test
