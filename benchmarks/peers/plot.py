@@ -315,6 +315,11 @@ def summary(rows, machine, context):
             row(f"rcu_synchronize p50 faster than liburcu memb ({idle} idle, {busy} busy)",
                 f"{mine / 1e3:.2f} vs {memb / 1e3:.2f} us", ratio(memb, mine) + " faster", "",
                 mine < memb)
+    mine = get("rcu", "reclaim", "hotpath::rcu_retire", "p50_ns")
+    memb = get("rcu", "reclaim", "liburcu-memb call_rcu", "p50_ns")
+    if mine and memb:
+        row("retire to free p50 <= liburcu memb's call_rcu (3 retires, then nothing)",
+            f"{mine / 1e6:.2f} vs {memb / 1e6:.2f} ms", ratio(mine, memb), "", mine <= memb)
     return "\n".join(out) + "\n"
 
 

@@ -35,6 +35,13 @@ struct hotpath_domain : no_registration {
     return ptr().load(std::memory_order_acquire)->value;
   }
   static void synchronize() { hotpath::rcu_synchronize(); }
+  static void retire(std::atomic<int>* freed) {
+    struct counted {
+      std::atomic<int>* freed;
+      ~counted() { freed->fetch_add(1, std::memory_order_release); }
+    };
+    hotpath::rcu_retire(new counted{freed});
+  }
 };
 
 struct hotpath_cell : no_registration {
@@ -68,6 +75,7 @@ void register_rcu(const hotpath::showdown::options& o) {
   register_reader<hotpath_domain>("hotpath::rcu_domain", o);
   register_reader<hotpath_cell>("hotpath::rcu_cell", o);
   register_grace<hotpath_domain>("hotpath::rcu_synchronize");
+  register_reclaim<hotpath_domain>("hotpath::rcu_retire");
 }
 HOTPATH_SHOWDOWN(register_rcu);
 

@@ -11,12 +11,16 @@
 //   rcu/read/NAME/threads:N       readers only, for the window (no writer)
 //   rcu/grace/NAME/idle:I/busy:B  synchronize() latency with I registered idle
 //                                 readers and B readers in a loop of sections
+//   rcu/reclaim/NAME              retire three objects, then do nothing: time until
+//                                 all three deleters have run (call_rcu users' wait);
+//                                 needs static retire(std::atomic<int>* freed)
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "showdown.hpp"
 #include "support/rcu_bench.hpp"
@@ -104,6 +108,40 @@ void grace(benchmark::State& state) {
   R::exit();
   hist.report(state);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+
+// Retire-to-free with nothing else happening: the caller polls, napping 10 us, as
+// a program waiting for its callback would; the same for every implementation.
+template <class R>
+void reclaim(benchmark::State& state) {
+  R::enter();
+  bench::latency_histogram hist;
+  std::atomic<int> freed{0};
+  for (auto _ : state) {
+    freed.store(0, std::memory_order_relaxed);
+    const std::uint64_t t0 = bench::now_ns();
+    for (int i = 0; i < 3; ++i)
+      R::retire(&freed);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (freed.load(std::memory_order_acquire) != 3) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        bench::fail(state, "not 3 of 3 freed within 10 s");
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+    hist.record(bench::now_ns() - t0);
+  }
+  R::exit();
+  hist.report(state);
+}
+
+template <class R>
+void register_reclaim(const std::string& name) {
+  benchmark::RegisterBenchmark(("rcu/reclaim/" + name).c_str(), reclaim<R>)
+      ->Iterations(100)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 template <class R>

@@ -26,12 +26,25 @@ struct urcu_memb {
     return v;
   }
   static void synchronize() { urcu_memb_synchronize_rcu(); }
+  static void retire(std::atomic<int>* freed) {
+    struct counted {
+      rcu_head head;
+      std::atomic<int>* freed;
+    };
+    auto* c = new counted{{}, freed};
+    urcu_memb_call_rcu(&c->head, [](rcu_head* h) {
+      counted* self = caa_container_of(h, counted, head);
+      self->freed->fetch_add(1, std::memory_order_release);
+      delete self;
+    });
+  }
 };
 
 void register_urcu_memb(const hotpath::showdown::options& o) {
   using namespace hotpath::showdown::rcu;
   register_reader<urcu_memb>("liburcu-memb", o);
   register_grace<urcu_memb>("liburcu-memb");
+  register_reclaim<urcu_memb>("liburcu-memb call_rcu");
 }
 HOTPATH_SHOWDOWN(register_urcu_memb);
 
