@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <new>
+#include <stdexcept>
 
 #include "hotpath/rcu_cell.hpp"
 #include "support/alloc_hook.hpp"
@@ -50,6 +51,7 @@ TEST(RcuCellAlloc, StoreThatCannotAllocateChangesNothing) {
   }
   rcu_barrier();
   EXPECT_EQ(value::live.load(), live) << "values leaked or freed twice";
+  EXPECT_EQ(rcu_default_domain().backlog_bytes(), 0u) << "a failed store kept its charge";
 }
 
 TEST(RcuCellAlloc, UpdateThatCannotAllocateChangesNothing) {
@@ -74,9 +76,15 @@ TEST(RcuCellAlloc, UpdateThatCannotAllocateChangesNothing) {
       if (!threw) break;
     }
     EXPECT_GE(alloc_hook::failures(), 2u) << "update() allocates the node and the value";
+    // An f that throws to refuse the update: nothing changes, nothing stays counted.
+    for (int i = 0; i < 3; ++i)
+      EXPECT_THROW(cell.update([](const value&) -> value { throw std::runtime_error("no"); }),
+                   std::runtime_error);
+    EXPECT_EQ(cell.read()->a, expected);
   }
   rcu_barrier();
   EXPECT_EQ(value::live.load(), live) << "values leaked or freed twice";
+  EXPECT_EQ(rcu_default_domain().backlog_bytes(), 0u) << "a failed update kept its charge";
 }
 
 // Any allocation in the destructor would throw here (and terminate: destructors

@@ -42,16 +42,19 @@
 // a section) or by age: the domain's reclaimer thread, started by the first retire,
 // sleeps until something is pending and closes the batch max_batch_age after its
 // first retire. The bound: an object is reclaimed within max_batch_age, plus the
-// read-side sections still open when its grace period starts, plus the reclaimer's
-// wake-up and its polling (naps of 10 us doubling up to 1 ms). The reclaimer never
+// read-side sections that hold its grace period and the one before it (one batch is
+// in flight at a time), plus the reclaimer's wake-up and its polling (naps of 10 us
+// doubling up to 1 ms). The reclaimer never
 // opens a section, so no deleter runs inside a caller's; set_reclaimer_thread(false)
 // stops it, and then a batch closes by age only at a later retire.
 //
 // Memory: each retire counts its bytes (sizeof(T), or the caller's hint). One that
 // would take the backlog past backlog_limit() starts a grace period at once and,
-// outside a read-side section, waits for it before returning (as the kernel's
-// kvfree_rcu_mightsleep() does); inside one it cannot wait, and the backlog goes
-// over until its outermost unlock(). rcu_synchronize, rcu_barrier and such a retire
+// outside a read-side section, waits for at most one grace period before returning
+// (as the kernel's kvfree_rcu_mightsleep() does): do not retire so while holding a
+// lock that readers take inside their sections. Inside a section, in a deleter, in
+// rcu_cell::update()'s f, or once exit has begun, it cannot wait, and the backlog
+// goes over the limit. rcu_synchronize, rcu_barrier and such a retire
 // are the only calls that block; calling the first two inside a read-side section is
 // a precondition violation (it would wait for itself), asserted in debug builds.
 //
@@ -338,6 +341,18 @@ class basic_rcu_domain {
         break;
     }
     d.in_flight_.store(d.batch_ != nullptr, std::memory_order_relaxed);
+    // What other threads had counted and not yet pushed, or were reclaiming, is not
+    // here: count what is (the child is single-threaded here).
+    std::size_t bytes = 0, count = 0;
+    for (detail::rcu_node* n = d.pending_.load(std::memory_order_relaxed); n; n = n->rcu_next) {
+      bytes += n->rcu_bytes;
+      ++count;
+    }
+    d.pending_count_.store(count, std::memory_order_relaxed);
+    for (detail::rcu_node* n = d.batch_; n != nullptr; n = n->rcu_next)
+      bytes += n->rcu_bytes;
+    d.backlog_.store(bytes, std::memory_order_relaxed);
+    d.poll_running_.store(false, std::memory_order_relaxed);
   }
 
   struct alignas(cache_line_size) reader {
@@ -351,6 +366,7 @@ class basic_rcu_domain {
     reader* rec = nullptr;
     unsigned nesting = 0;
     bool reclaiming = false;
+    bool no_wait = false;      // charge() must not wait (rcu_cell::update() runs f)
     bool exited = false;       // the exit hook has run (thread_local destruction)
     bool poll_due = false;     // a retire inside a section found a batch to start
     bool reserve = false;      // rec is a reserve slot, held for this section only
@@ -556,7 +572,14 @@ class basic_rcu_domain {
   poll_result poll(bool take = true) noexcept {
     std::unique_lock l(reclaim_mutex_, std::try_to_lock);
     if (!l.owns_lock()) return poll_result::busy;
-    if (exiting_.load(std::memory_order_relaxed)) return poll_result::idle;
+    // Dekker with stop_at_exit(): either it sees us running deleters and waits, or
+    // we see that exit has begun and run none.
+    poll_running_.store(true, std::memory_order_seq_cst);
+    const struct done_polling {
+      std::atomic<bool>& running;
+      ~done_polling() { running.store(false, std::memory_order_release); }
+    } done{poll_running_};
+    if (exiting_.load(std::memory_order_seq_cst)) return poll_result::idle;
     if (batch_ != nullptr) {
       if (!readers_passed(batch_gp_)) return poll_result::in_flight;
       run(std::exchange(batch_, nullptr));
@@ -577,31 +600,41 @@ class basic_rcu_domain {
 
   // Counts `bytes` into the backlog before the caller retires them. Past the limit,
   // starts a grace period at once and, where the caller may wait (outside a section,
-  // not in a deleter), waits until the backlog has room. The check and the count are
-  // one CAS, so that threads retiring at once cannot pass the limit together.
+  // not in a deleter, not once exit has begun), reclaims: a poll, which with idle
+  // readers frees everything, else one barrier (a grace period), after which it
+  // counts the bytes whatever the backlog (as kvfree_rcu_mightsleep() proceeds after
+  // its synchronize_rcu()): a retire waits at most one grace period. The check and
+  // the count are one CAS, so that threads retiring at once cannot pass the limit
+  // together.
   void charge(std::size_t bytes) noexcept {
     thread_state& s = local();
-    const bool may_wait = s.nesting == 0 && !s.reclaiming;
-    bool polled = false;
+    const bool may_wait =
+        s.nesting == 0 && !s.reclaiming && !s.no_wait && !exiting_.load(std::memory_order_relaxed);
+    unsigned waits = 0;
     std::size_t held = backlog_.load(std::memory_order_relaxed);
     for (;;) {
       const std::size_t limit = backlog_limit_.load(std::memory_order_relaxed);
       const bool over = held != 0 && bytes > limit - std::min(held, limit);
-      if (over && may_wait) {
-        if (std::exchange(polled, true)) {
-          barrier();  // the grace period has readers to wait for
+      if (over && may_wait && waits < 2) {
+        if (waits++ == 0) {
+          (void)poll();
         } else {
-          (void)poll();  // with idle readers this reclaims everything
+          barrier();
         }
         held = backlog_.load(std::memory_order_relaxed);
         continue;
       }
-      if (over && !s.reclaiming) s.poll_due = s.unlock_work = true;
+      if (over && !s.reclaiming && s.nesting != 0) s.poll_due = s.unlock_work = true;
       // Relaxed: the count is a bound, not a publication (the push below is).
       if (backlog_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed,
                                          std::memory_order_relaxed))
         return;
     }
+  }
+
+  // Takes back a charge whose retire did not happen (rcu_cell: f or new T threw).
+  void uncharge(std::size_t bytes) noexcept {
+    backlog_.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
   // Pushes n, charged `charged` bytes already (n->rcu_bytes is what run() uncounts).
@@ -646,7 +679,14 @@ class basic_rcu_domain {
         wake_reclaimer();
         return false;
       case thread_idle:
-        if (start_reclaimer()) return false;
+        // Once per batch age at most (a failing pthread_create is not cheap). If
+        // another thread is starting it, the new reclaimer may already have looked
+        // at the list and gone to sleep: wake it.
+        if (now - last_start_ns_.load(std::memory_order_relaxed) >= age_ns || first) {
+          last_start_ns_.store(now, std::memory_order_relaxed);
+          if (start_reclaimer()) return false;
+        }
+        wake_reclaimer();
         break;
       default:
         break;
@@ -701,13 +741,14 @@ class basic_rcu_domain {
   void reclaim_loop() noexcept {
     for (;;) {
       while (!has_work()) {
-        if (stop_.load(std::memory_order_relaxed)) return;
+        if (stop_.load(std::memory_order_relaxed) || exiting_.load(std::memory_order_relaxed))
+          return;
         sleeping_.store(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         if (!has_work() && !stop_.load(std::memory_order_relaxed)) detail::park(sleeping_, 1);
         sleeping_.store(0, std::memory_order_relaxed);
       }
-      if (stop_.load(std::memory_order_relaxed)) return;
+      if (stop_.load(std::memory_order_relaxed) || exiting_.load(std::memory_order_relaxed)) return;
       if (pending_.load(std::memory_order_relaxed) != nullptr) {
         // pending_since_ may be a later batch's (then we close early) or stale
         // (earlier): never later than when we saw this one.
@@ -725,20 +766,26 @@ class basic_rcu_domain {
     }
   }
 
-  // atexit: after this returns, the reclaimer runs no deleter (a poll holds
-  // reclaim_mutex_ while it runs one, and checks exiting_ under it), and neither
-  // does a retire. Taken as prepare_fork() takes it.
+  // atexit: after this returns no poll runs a deleter (the reclaimer's or a
+  // retire's; rcu_barrier() still does), no retire waits, and the reclaimer has
+  // returned, unless it did not within 1 s (descheduled, or in a deleter that waits
+  // for us): exit never hangs on it. At a dlclose() of a library built with hidden
+  // visibility, which runs the handler of that library's own domain, its code then no
+  // longer runs. Waits for the deleters a poll is running, never for readers (one may
+  // leave its section only during static destruction), unless called from a deleter.
   static void stop_at_exit() noexcept {
     basic_rcu_domain& d = instance();
-    d.exiting_.store(true, std::memory_order_relaxed);
+    d.exiting_.store(true, std::memory_order_seq_cst);
     d.stop_.store(true, std::memory_order_relaxed);
     d.wake_reclaimer();
-    const thread_state& s = local();
-    if (s.reclaiming) return;  // exit() from a deleter: we hold it
-    if (s.nesting == 0) {
-      std::scoped_lock l(d.reclaim_mutex_);
-    } else if (d.reclaim_mutex_.try_lock()) {
-      d.reclaim_mutex_.unlock();
+    if (local().reclaiming) return;  // exit() from a deleter
+    unsigned n = 0;
+    while (d.poll_running_.load(std::memory_order_seq_cst))
+      detail::relax_or_yield<wait>(n);
+    // It returns within a nap (1 ms) of the wake-up; exit never hangs on it: at most 1 s.
+    if (d.thread_state_.load(std::memory_order_relaxed) == thread_running) {
+      for (int ms = 0; ms < 1000 && d.exited_.load(std::memory_order_acquire) == 0; ++ms)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 
@@ -767,6 +814,7 @@ class basic_rcu_domain {
   fork_hold fork_hold_ = fork_hold::none;  // who holds reclaim_mutex_ across a fork
   std::atomic<bool> in_flight_{false};     // batch_ != nullptr, for the reclaimer to see
   std::atomic<bool> exiting_{false};       // exit() has run stop_at_exit()
+  std::atomic<bool> poll_running_{false};  // a poll() holds reclaim_mutex_
 
   // The reclaimer thread. thread_state_ changes under thread_mutex_.
   static constexpr std::uint32_t thread_idle = 0;  // started by the next batch
@@ -776,7 +824,8 @@ class basic_rcu_domain {
       detail::policy_reclaimer_thread<Policy> ? thread_idle : thread_disallowed};
   std::atomic<std::uint32_t> sleeping_{0};  // the reclaimer's futex word: 1 while it sleeps
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint32_t> exited_{0};  // futex word: 1 once the reclaimer has stopped
+  std::atomic<std::uint32_t> exited_{0};         // futex word: 1 once the reclaimer has stopped
+  std::atomic<std::uint64_t> last_start_ns_{0};  // when a retire last tried to start it
   std::mutex thread_mutex_;
   bool exit_handler_ = false;  // guarded by thread_mutex_
 };

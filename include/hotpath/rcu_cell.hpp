@@ -8,8 +8,8 @@
 //             reader that might hold it has left its section). A value counts
 //             sizeof(T) against the domain's backlog limit, or what store(p, bytes)
 //             says it owns; outside a read-side section, a store that would take
-//             the backlog past the limit waits for a grace period first, so that
-//             the retired values of one writer never hold more than the limit.
+//             the backlog past the limit first waits for the grace period (at most
+//             one) that makes room, before it unpublishes the old value.
 //   update(f) publishes f(current); writers are serialised, so no update is lost.
 //
 // The pointer word is never null. Writers may call store()/update() from inside a
@@ -81,7 +81,7 @@ class basic_rcu_cell {
 
   // Retires rather than deletes: a reader may still hold a guard on the last value.
   ~basic_rcu_cell() {
-    last_->rcu_bytes = bytes_;
+    last_->rcu_bytes = bytes_.load(std::memory_order_relaxed);
     retire(std::move(last_), ptr_.load(std::memory_order_relaxed), 0);
   }
 
@@ -93,33 +93,50 @@ class basic_rcu_cell {
   void store(std::unique_ptr<T> p, std::size_t bytes = sizeof(T)) {
     HOTPATH_ASSERT(p != nullptr, "rcu_cell::store() of a null pointer");
     auto node = std::make_unique<retire_node>();  // before anything changes
-    // Before the old value is unpublished, and before writer_: a store that waits
-    // here must not hold up a writer inside a section that the wait waits for.
-    dom_.charge(bytes);
+    // The value this store retires, counted before it is unpublished, and before
+    // writer_: a store that waits here must not hold up a writer inside a section
+    // that the wait waits for. Another writer may retire it first: retire() settles
+    // the difference.
+    const std::size_t charged = bytes_.load(std::memory_order_relaxed);
+    dom_.charge(charged);
     T* old;
     {
+      uncharge_unless_published settle{dom_, charged};
       std::scoped_lock l(writer_);
       old = publish(p.release());
-      node->rcu_bytes = std::exchange(bytes_, bytes);
+      node->rcu_bytes = bytes_.exchange(bytes, std::memory_order_relaxed);
+      settle.published = true;
     }
-    retire(std::move(node), old, bytes);
+    retire(std::move(node), old, charged);
   }
   void store(T value) { store(std::make_unique<T>(std::move(value))); }
 
-  // f(const T&) -> T, called with writers excluded; readers carry on meanwhile.
+  // f(const T&) -> T, called with writers excluded; readers carry on meanwhile. A
+  // retire that f makes does not wait for the backlog limit (it would hold writer_
+  // while waiting for readers, one of which may be a store() waiting for writer_).
   template <class F>
   void update(F f) {
     auto node = std::make_unique<retire_node>();  // before anything changes
-    dom_.charge(sizeof(T));                       // as in store()
+    const std::size_t charged = bytes_.load(std::memory_order_relaxed);
+    dom_.charge(charged);  // as in store()
     T* old;
     {
+      uncharge_unless_published settle{dom_, charged};
       std::scoped_lock l(writer_);
       // Relaxed: only writers change ptr_, and we hold their lock.
       const T& current = *ptr_.load(std::memory_order_relaxed);
+      bool& no_wait = domain::local().no_wait;
+      const bool was = std::exchange(no_wait, true);
+      const struct restore {
+        bool& flag;
+        bool value;
+        ~restore() { flag = value; }
+      } restore_no_wait{no_wait, was};
       old = publish(new T(f(current)));  // f(current) constructs the T in place
-      node->rcu_bytes = std::exchange(bytes_, sizeof(T));
+      node->rcu_bytes = bytes_.exchange(sizeof(T), std::memory_order_relaxed);
+      settle.published = true;
     }
-    retire(std::move(node), old, sizeof(T));
+    retire(std::move(node), old, charged);
   }
 
  private:
@@ -137,6 +154,16 @@ class basic_rcu_cell {
     // Release pairs with the acquire load in guard: readers see a constructed T.
     return ptr_.exchange(fresh, std::memory_order_acq_rel);
   }
+  // A charge whose value was not published (f, new T or the mutex threw) is taken back.
+  struct uncharge_unless_published {
+    domain& dom;
+    std::size_t bytes;
+    bool published = false;
+    ~uncharge_unless_published() {
+      if (!published) dom.uncharge(bytes);
+    }
+  };
+
   // `charged`: the bytes charge() counted for it (node->rcu_bytes is its own).
   void retire(std::unique_ptr<retire_node> node, T* old, std::size_t charged) noexcept {
     node->value = old;
@@ -149,7 +176,8 @@ class basic_rcu_cell {
   alignas(cache_line_size) typename Policy::template atomic<T*> ptr_;
   domain& dom_ = domain::instance();
   std::unique_ptr<retire_node> last_;  // retires the value the destructor finds
-  std::size_t bytes_ = sizeof(T);      // the current value's, guarded by writer_
+  // The current value's bytes: written under writer_, read before it by charge().
+  std::atomic<std::size_t> bytes_{sizeof(T)};
   alignas(cache_line_size) std::mutex writer_;
 };
 
