@@ -45,6 +45,36 @@ bool eventually(F done, std::chrono::seconds limit = 30s) {
   return true;
 }
 
+// A thread inside a read-side section of `d`, from construction until release(),
+// after running `inside` there.
+class section_holder {
+ public:
+  template <class Domain, class F = void (*)()>
+  explicit section_holder(
+      Domain& d, F inside = [] {}) {
+    std::promise<void> entered;
+    auto in = entered.get_future();
+    thread_ = std::thread([&d, inside, &entered, leave = leave_.get_future()] {
+      std::scoped_lock r(d);
+      inside();
+      entered.set_value();
+      leave.wait();
+    });
+    in.wait();
+  }
+  void release() {
+    leave_.set_value();
+    thread_.join();
+  }
+  ~section_holder() {
+    if (thread_.joinable()) release();
+  }
+
+ private:
+  std::promise<void> leave_;
+  std::thread thread_;
+};
+
 // Three retires and then nothing: the reclaimer frees them without a barrier,
 // without another retire, without a read-side section. A build that waits for a
 // batch of 64 (no reclaimer, or no age) never does. Twice: the first round may
@@ -75,19 +105,11 @@ TEST(RcuReclaim, RetiredObjectsGoWithNothingElseHappening) {
 // grace period it started (nobody retires again to poll it).
 TEST(RcuReclaim, ABatchHeldByAReaderGoesWhenTheReaderLeaves) {
   rcu_barrier();
-  std::promise<void> entered_p, leave_p;
-  auto leave = leave_p.get_future();
-  std::thread reader([&] {
-    std::scoped_lock r(rcu_default_domain());
-    entered_p.set_value();
-    leave.wait();
-  });
-  entered_p.get_future().wait();
+  section_holder reader(rcu_default_domain());
   rcu_retire(new counted);
   std::this_thread::sleep_for(5 * rcu_domain::max_batch_age);  // its grace period starts
   EXPECT_EQ(counted::alive.load(), 1) << "freed under a reader's section";
-  leave_p.set_value();
-  reader.join();
+  reader.release();
   EXPECT_TRUE(eventually([] { return counted::alive.load() == 0; }));
 }
 
@@ -95,21 +117,13 @@ TEST(RcuReclaim, ABatchHeldByAReaderGoesWhenTheReaderLeaves) {
 // and then no retire at all: the reclaimer, asleep or not, finishes it.
 TEST(RcuReclaim, ABatchClosedBySizeUnderAReaderGoesWithoutALaterRetire) {
   rcu_barrier();
-  std::promise<void> entered_p, leave_p;
-  auto leave = leave_p.get_future();
-  std::thread reader([&] {
-    std::scoped_lock r(rcu_default_domain());
-    entered_p.set_value();
-    leave.wait();
-  });
-  entered_p.get_future().wait();
+  section_holder reader(rcu_default_domain());
   std::this_thread::sleep_for(20ms);  // the reclaimer goes to sleep
   for (std::size_t i = 0; i < rcu_domain::batch_size; ++i)
     rcu_retire(new counted);  // the last one starts the batch's grace period
   std::this_thread::sleep_for(5 * rcu_domain::max_batch_age);
   EXPECT_EQ(counted::alive.load(), static_cast<long>(rcu_domain::batch_size));
-  leave_p.set_value();
-  reader.join();
+  reader.release();
   EXPECT_TRUE(eventually([] { return counted::alive.load() == 0; }));
 }
 
@@ -197,23 +211,16 @@ TEST(RcuReclaim, OverTheLimitARetireWaitsForTheGracePeriod) {
   manual_domain& d = manual_domain::instance();
   rcu_barrier(d);
   d.set_backlog_limit(100);
-  std::promise<void> entered_p, leave_p;
-  auto leave = leave_p.get_future();
-  std::thread reader([&] {
-    std::scoped_lock r(d);
+  section_holder reader(d, [&d] {
     retire_in(d, 60);
     retire_in(d, 60);  // inside a section: over the limit, and returns
-    entered_p.set_value();
-    leave.wait();
   });
-  entered_p.get_future().wait();
   EXPECT_EQ(d.backlog_bytes(), 120u);
   auto over = std::async(std::launch::async, [&] { retire_in(d, 1); });
   EXPECT_EQ(over.wait_for(50ms), std::future_status::timeout)
       << "returned over the limit while a reader held the grace period";
   EXPECT_EQ(d.backlog_bytes(), 120u);
-  leave_p.set_value();
-  reader.join();
+  reader.release();
   EXPECT_EQ(over.wait_for(30s), std::future_status::ready);
   EXPECT_EQ(d.backlog_bytes(), 1u);
   rcu_barrier(d);
@@ -230,21 +237,13 @@ TEST(RcuReclaim, ACellStoreOverTheLimitWaitsBeforePublishing) {
   {
     basic_rcu_cell<int, manual_clock_policy> cell(1);
     cell.store(std::make_unique<int>(2), 4);
-    std::promise<void> entered_p, leave_p;
-    auto leave = leave_p.get_future();
-    std::thread reader([&] {
-      std::scoped_lock r(d);
-      entered_p.set_value();
-      leave.wait();
-    });
-    entered_p.get_future().wait();
+    section_holder reader(d);
     cell.store(std::make_unique<int>(3), 4);  // 4 + 4 bytes retired: within
     EXPECT_EQ(d.backlog_bytes(), 8u);
     auto over = std::async(std::launch::async, [&] { cell.store(std::make_unique<int>(4), 4); });
     EXPECT_EQ(over.wait_for(50ms), std::future_status::timeout);
     EXPECT_EQ(*cell.read(), 3) << "published before the backlog had room for the old value";
-    leave_p.set_value();
-    reader.join();
+    reader.release();
     EXPECT_EQ(over.wait_for(30s), std::future_status::ready);
     EXPECT_EQ(*cell.read(), 4);
     EXPECT_EQ(d.backlog_bytes(), 4u);
