@@ -530,12 +530,7 @@ class bucket_table {
   static void lower_hint(atomic<std::int64_t>& hint, std::int64_t t) noexcept {
     // Relaxed, as every access to a hint: the bucket lock orders the writers, and a
     // reader without the lock checks under the lock what the hint made it choose.
-#if defined(HOTPATH_MUTANT_BUCKET_HINT_NOT_LOWERED)
-    // Mutant (tests/bucket_table_test.cpp): an entry's times move back, its hint not.
-    (void)hint, (void)t;
-#else
     if (t < hint.load(std::memory_order_relaxed)) hint.store(t, std::memory_order_relaxed);
-#endif
   }
 
   // Holding b's lock: sets b's hints to the minima over its chain.
@@ -584,10 +579,6 @@ class bucket_table {
   // Adds delta to the bytes of n's share (with shares).
   void count_share(const node* n, std::int64_t delta) noexcept {
     if (!shares_ || delta == 0) return;
-#if defined(HOTPATH_MUTANT_BUCKET_SHARE_NOT_UNCHARGED)
-    // Mutant (tests/bucket_table_test.cpp): bytes leaving a share are not counted.
-    if (delta < 0) return;
-#endif
     // Relaxed: the count only steers sampling (header comment, "Shares").
     shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
         delta, std::memory_order_relaxed);
@@ -682,20 +673,8 @@ class bucket_table {
     // Before an eviction: what is near and the reserves this thread filled; every
     // cpu's reserve only at the last attempt, and after an eviction that found nothing
     // (header, "Budget bound": gathering the others moved a line at every charge).
-#if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
-    // Mutant (tests/bucket_table_test.cpp): every reserve is gathered before evicting.
-    bool gather = true;
-#else
     bool gather = opt_.eviction_attempts == 0;
-#endif
     for (unsigned attempt = 0;; ++attempt) {
-#if defined(HOTPATH_MUTANT_BUCKET_EVICT_DROPS_FREED)
-      // Mutant (tests/schedule/bucket_table.cpp): what evictions freed beyond the delta,
-      // or before a refusal, is never given back.
-      if (freed >= delta) return true;
-      if (take(delta - freed, gather)) return true;
-      if (attempt == opt_.eviction_attempts) return false;
-#else
       if (freed >= delta) {
         give_back(freed - delta);
         return true;
@@ -705,26 +684,12 @@ class bucket_table {
         give_back(freed);
         return false;
       }
-#endif
       const std::int64_t before = freed;
       const bool within = evict(held, protect, now, rl, freed, true);
-#if !defined(HOTPATH_MUTANT_BUCKET_SHARE_STAYS_WITHIN)
       // Its share held nothing to take (its entries busy, or only this one): the whole
-      // table, in the same attempt. (Mutant, tests/bucket_table_test.cpp: it does not.)
+      // table, in the same attempt.
       if (within && freed == before) evict(held, protect, now, rl, freed, false);
-#else
-      (void)within;
-#endif
       gather = freed == before || attempt + 1 == opt_.eviction_attempts;
-#if defined(HOTPATH_MUTANT_BUCKET_GATHER_ALL_BEFORE_EVICT)
-      gather = true;
-#endif
-#if defined(HOTPATH_MUTANT_BUCKET_EVICT_GIVES_BACK)
-      // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a
-      // reserve, where another charger may gather it before this one takes it.
-      give_back(freed);
-      freed = 0;
-#endif
     }
   }
 
@@ -751,29 +716,16 @@ class bucket_table {
     else
       return current_cpu();
   }
-  reserve& local() noexcept {
-    return reserves_[reserves_.index(cpu())];
-  }
-  atomic<std::int64_t>& local_reserve() noexcept {
-    return local().bytes;
-  }
+  reserve& local() noexcept { return reserves_[reserves_.index(cpu())]; }
+  atomic<std::int64_t>& local_reserve() noexcept { return local().bytes; }
 
   // Takes d > 0 bytes of the budget from what is near: this cpu's reserve, else the
   // pool (with a batch more). No other cpu's line is written.
   bool take_near(std::int64_t d) noexcept {
     atomic<std::int64_t>& mine = local_reserve();
     std::int64_t x = mine.load(std::memory_order_relaxed);
-#if defined(HOTPATH_MUTANT_BUCKET_CHECK_THEN_RESERVE)
-    // Mutant (tests/schedule/bucket_table.cpp): a load and a store where the CAS must
-    // be; two chargers on one cpu take the same bytes.
-    if (x >= d) {
-      mine.store(x - d, std::memory_order_relaxed);
-      return true;
-    }
-#else
     while (x >= d)
       if (mine.compare_exchange_weak(x, x - d, std::memory_order_relaxed)) return true;
-#endif
     return take_shared(d, opt_.charge_batch);
   }
   // take_near(), else gathers the spare bytes of every cpu (ours too: this thread may
@@ -786,16 +738,7 @@ class bucket_table {
     const reserve* here = &local();
     std::int64_t got = 0;
     for (reserve& r : reserves_) {
-#if defined(HOTPATH_MUTANT_BUCKET_GATHER_NONE_BEFORE_EVICT)
-      // Mutant (tests/bucket_table_test.cpp): before evicting, no reserve is gathered,
-      // not even one this thread left on a cpu it ran on before.
-      if (!all) continue;
-#endif
       if (!all && &r != here && r.depositor.load(std::memory_order_relaxed) != me) continue;
-#if defined(HOTPATH_MUTANT_BUCKET_GATHER_OWN_ONLY)
-      // Mutant (tests/bucket_table_test.cpp): other cpus' spare bytes are not gathered.
-      if (&r.bytes != &local_reserve()) continue;
-#endif
       if (r.bytes.load(std::memory_order_relaxed) > 0)
         got += r.bytes.exchange(0, std::memory_order_relaxed);
     }
@@ -804,17 +747,10 @@ class bucket_table {
       return true;
     }
     if (take_shared(d - got, 0)) return true;  // what was gathered, and the rest from the pool
-      // Short: what was gathered goes to the pool. Of chargers gathering at once, each
-      // with part of the room, the last to deposit finds every part there.
-#if defined(HOTPATH_MUTANT_BUCKET_GATHER_KEEPS_SHORT)
-    // Mutant (tests/schedule/bucket_table.cpp): the part stays on this cpu; two
-    // chargers that split the room both fail.
-    give_back(got);
-    return false;
-#else
+    // Short: what was gathered goes to the pool. Of chargers gathering at once, each
+    // with part of the room, the last to deposit finds every part there.
     if (got > 0) free_.fetch_add(got, std::memory_order_relaxed);
     return take_shared(d, 0);
-#endif
   }
 
   // Takes d bytes from the pool, and up to `extra` more for this cpu's reserve.
@@ -937,16 +873,7 @@ class bucket_table {
     // its part of the budget samples that share only (header comment, "Shares").
     if (within_share && shares_ && held) {
       const std::size_t q = share_of(static_cast<std::size_t>(held - buckets_.get()));
-#if defined(HOTPATH_MUTANT_BUCKET_SHARE_IGNORES_ITS_PART)
-      // Mutant (tests/bucket_table_test.cpp): a share samples itself however little it
-      // holds.
-      if (true) {
-#elif defined(HOTPATH_MUTANT_BUCKET_SHARE_NEVER_WITHIN)
-      // Mutant (tests/bucket_table_test.cpp): every eviction samples the whole table.
-      if (false) {
-#else
       if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {
-#endif
         lo = shares_[q].lo;
         size = shares_[q].size;
         // As for the whole table: at most 8 probes a bucket, and no more samples than
@@ -968,26 +895,16 @@ class bucket_table {
           if (!s[i].done && (!next || s[i].oldest < next->oldest)) next = &s[i];
         // The hint bounds every entry there: none is older than best.
         if (next && best && next->oldest >= best->last_used) next = nullptr;
-#if defined(HOTPATH_MUTANT_BUCKET_TRUST_HINT)
-        // Mutant (tests/bucket_table_test.cpp): the bucket with the oldest hint holds
-        // the victim, as if no hint were ever too low.
-        if (best) next = nullptr;
-#endif
       }
       if (!next) break;
       next->done = true;
       bucket& b = *next->b;
       const bool own = &b == held;
-#if defined(HOTPATH_MUTANT_BUCKET_EVICT_WAITS)
-      // Mutant: waits for a sampled bucket's lock while holding held's (deadlock).
-      if (!own) b.lock.lock();
-#else
       if (!own && !b.lock.try_lock()) {  // busy: being visited, so fresh; sample another
         *next = s[--have];
         draw();
         continue;
       }
-#endif
       node* before = rl.expired;
       node* oldest = expire_chain(b, now, protect, rl, &freed_bytes);
       freed |= rl.expired != before;

@@ -165,20 +165,10 @@ class HOTPATH_CAPABILITY("mutex") basic_mcs_lock {
   }
 
  private:
-  // The orders of the queue's three publishing operations (see their comments). A
-  // test-only mutant build weakens some of them, which tests/schedule/ must catch.
-#if defined(HOTPATH_MUTANT_MCS_RELAXED_TAIL)
-  static constexpr auto enqueue_order = std::memory_order_relaxed;
-  static constexpr auto link_order = std::memory_order_relaxed;
-#else
+  // The orders of the queue's three publishing operations (see their comments).
   static constexpr auto enqueue_order = std::memory_order_acq_rel;
   static constexpr auto link_order = std::memory_order_release;
-#endif
-#if defined(HOTPATH_MUTANT_MCS_RELAXED_HANDOVER)
-  static constexpr auto handover_order = std::memory_order_relaxed;
-#else
   static constexpr auto handover_order = std::memory_order_release;
-#endif
 
   // n.state: waiting -> sleeping (then granted, by the predecessor's unlock())
   void wait_granted(node& n) noexcept {

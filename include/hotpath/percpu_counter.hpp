@@ -265,17 +265,6 @@ class percpu_counter {
     const std::int64_t batch = batch_.load(std::memory_order_acquire);
     // Relaxed throughout: the word is only a statistic; sum() after a join sees it
     // through the join's happens-before.
-#if defined(HOTPATH_MUTANT_PERCPU_FOLD_LOAD_STORE)
-    // Test-only bug for tests/schedule/: a load and a store where the CAS must be.
-    const std::int64_t sum = detail::wrapping_add(w.load(std::memory_order_relaxed), d);
-    if (!detail::beyond(sum, batch)) {
-      w.store(sum, std::memory_order_relaxed);
-    } else {
-      w.store(0, std::memory_order_relaxed);
-      count_.fetch_add(static_cast<T>(sum), std::memory_order_relaxed);
-    }
-    return;
-#endif
     std::int64_t old = w.load(std::memory_order_relaxed);
     for (;;) {
       const std::int64_t now = detail::wrapping_add(old, d);

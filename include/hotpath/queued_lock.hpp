@@ -165,13 +165,8 @@ class queued_core {
   // Flags that make unlock() take the RMW path.
   static constexpr std::uint32_t unlock_flags =
       handoff | slow | parked | (Requests ? request | prio_slow | prio_held : 0u);
-  // What unlock()'s check before its store looks for. (A test-only mutant build
-  // forgets the handoff, which tests/schedule/ must catch.)
-#if defined(HOTPATH_MUTANT_QUEUED_SKIP_HANDOFF)
-  static constexpr std::uint32_t unlock_check_flags = unlock_flags & ~handoff;
-#else
+  // What unlock()'s check before its store looks for.
   static constexpr std::uint32_t unlock_check_flags = unlock_flags;
-#endif
   // With a policy that never sleeps, the pending owner or the head asks for the
   // handoff after this many rounds of waiting.
   static constexpr unsigned handoff_spins = 128;
@@ -211,12 +206,10 @@ class queued_core {
         // request published before our CAS is seen by this load; then we back off
         // before any critical section begins: unlock() hands the lock to the
         // privileged thread. A request after our CAS waits for our section.
-#if !defined(HOTPATH_MUTANT_PRIORITY_NO_BACKOFF)
         if (flag_bits() & request) [[unlikely]] {
           unlock();
           return false;
         }
-#endif
       }
       if constexpr (detail::lock_stats_enabled) {
         count_steal(word_.load(std::memory_order_relaxed));  // a snapshot: who waited
@@ -263,13 +256,8 @@ class queued_core {
         // word: the next unlock() takes unlock_slow(), which clears it. A count from
         // another lock of the bucket costs a spurious wake-up (sleepers loop).
         detail::policy_light_fence<Policy>();  // pairs with heavy_fence() in park_on_word()
-#if defined(HOTPATH_MUTANT_QUEUED_LOAD_AFTER_RELEASE)
-        // The bug this replaced: read the lock's own flags after the release.
-        if (flag_bits() & (slow | parked | prio_slow)) detail::policy_unpark_all<Policy>(word_);
-#else
         if (sleepers::of(this).load(std::memory_order_relaxed) != 0) [[unlikely]]
           detail::policy_unpark_all<Policy>(word_);
-#endif
       }
     } else {
       unlock_slow();
@@ -550,9 +538,6 @@ class queued_core {
   // we ask for the handoff, as the head does. The bit is ours alone: the head asks
   // only while pending is clear, and nobody takes pending while a queue exists.
   void pending_wait() noexcept {
-#if defined(HOTPATH_MUTANT_QUEUED_PENDING_CLEARED_EARLY)
-    word_.fetch_and(~pending, std::memory_order_relaxed);  // gives up its place at once
-#endif
     bounded_wait w;
     for (;;) {
       // Acquire pairs with the release store in unlock() or the handoff RMW.
@@ -771,14 +756,9 @@ class queued_core {
   template <class Still>
   void sleep_on_word(unsigned channel, Still still_blocked) noexcept {
     atomic<std::uint32_t>& counted = sleepers::of(this);
-#if !defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
     counted.fetch_add(1, std::memory_order_relaxed);
-#endif
     detail::policy_heavy_fence<Policy>();  // pairs with light_fence() in unlock()
     const std::uint32_t val = word_.load(std::memory_order_relaxed);
-#if defined(HOTPATH_MUTANT_QUEUED_COUNT_AFTER_CHECK)
-    counted.fetch_add(1, std::memory_order_relaxed);  // too late: unlock() may have looked
-#endif
     if (still_blocked(val)) {
       count(path::parked);
       detail::policy_park<Policy>(word_, val, channel);

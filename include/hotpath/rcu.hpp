@@ -86,13 +86,6 @@ HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
 namespace detail {
-// release; relaxed only in a test-only mutant build that tests/schedule/ must catch.
-#if defined(HOTPATH_MUTANT_RCU_RELAXED_UNLOCK)
-inline constexpr std::memory_order rcu_unlock_order = std::memory_order_relaxed;
-#else
-inline constexpr std::memory_order rcu_unlock_order = std::memory_order_release;
-#endif
-
 // An entry in a domain's retire list: rcu_obj_base derives from it, rcu_retire
 // allocates one around the pointer.
 struct rcu_node {
@@ -191,7 +184,7 @@ class basic_rcu_domain {
     }
     // Release: the section's loads happen before a writer's acquire load of 0 in
     // passed(), which then frees what we read.
-    s.rec->ctr.store(0, detail::rcu_unlock_order);
+    s.rec->ctr.store(0, std::memory_order_release);
   }
 
   // Is the calling thread inside a read-side section of this domain?

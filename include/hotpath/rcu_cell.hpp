@@ -34,16 +34,6 @@
 HOTPATH_VISIBILITY_BEGIN
 namespace hotpath {
 
-namespace detail {
-// True only in a test-only mutant build that tests/schedule/ must catch: the guard
-// reads the pointer before its read-side section begins.
-#if defined(HOTPATH_MUTANT_RCU_CELL_LOAD_FIRST)
-inline constexpr bool rcu_cell_load_first = true;
-#else
-inline constexpr bool rcu_cell_load_first = false;
-#endif
-}  // namespace detail
-
 template <class T, class Policy = default_policy>
 class basic_rcu_cell {
   using domain = basic_rcu_domain<Policy>;
@@ -53,10 +43,9 @@ class basic_rcu_cell {
   class guard {
    public:
     explicit guard(const basic_rcu_cell& c) noexcept : dom_(c.dom_) {
-      if constexpr (detail::rcu_cell_load_first) p_ = c.ptr_.load(std::memory_order_acquire);
       dom_.lock();
       // Acquire pairs with the release exchange in publish(): the T is constructed.
-      if constexpr (!detail::rcu_cell_load_first) p_ = c.ptr_.load(std::memory_order_acquire);
+      p_ = c.ptr_.load(std::memory_order_acquire);
     }
     ~guard() { dom_.unlock(); }
     guard(const guard&) = delete;

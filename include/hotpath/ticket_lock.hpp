@@ -95,13 +95,8 @@ class HOTPATH_CAPABILITY("mutex") basic_ticket_lock {
   template <class T>
   using atomic = typename Policy::template atomic<T>;
 
-  // Entry: pairs with the release store of serving_ in unlock(). (A test-only
-  // build makes it relaxed to check that tests/schedule/ catches the race.)
-#if defined(HOTPATH_MUTANT_TICKET_RELAXED_ACQUIRE)
-  static constexpr auto entry_order = std::memory_order_relaxed;
-#else
+  // Entry: pairs with the release store of serving_ in unlock().
   static constexpr auto entry_order = std::memory_order_acquire;
-#endif
 
   void wait_for(std::uint32_t ticket) noexcept {
     unsigned n = 0;

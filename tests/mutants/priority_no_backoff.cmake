@@ -1,0 +1,7 @@
+# A stealer that finds a privileged request after its CAS keeps the lock.
+set(header hotpath/queued_lock.hpp)
+set(old_1 [==[        if (flag_bits() & request) [[unlikely]] {
+          unlock();
+          return false;
+        }]==])
+set(new_1 [==[]==])
