@@ -44,9 +44,9 @@
 // first retire. The bound: an object is reclaimed within max_batch_age, plus the
 // read-side sections that hold its grace period and the one before it (one batch is
 // in flight at a time), plus the reclaimer's wake-up and its polling (naps of 10 us
-// doubling up to 1 ms). The reclaimer never
-// opens a section, so no deleter runs inside a caller's; set_reclaimer_thread(false)
-// stops it, and then a batch closes by age only at a later retire.
+// doubling up to 1 ms). The reclaimer never opens a section, so no deleter runs
+// inside a caller's; set_reclaimer_thread(false) stops it, and then a batch closes by
+// age only at a later retire.
 //
 // Memory: each retire counts its bytes (sizeof(T), or the caller's hint). One that
 // would take the backlog past backlog_limit() starts a grace period at once and,
@@ -54,13 +54,14 @@
 // (as the kernel's kvfree_rcu_mightsleep() does): do not retire so while holding a
 // lock that readers take inside their sections. Inside a section, in a deleter, in
 // rcu_cell::update()'s f, or once exit has begun, it cannot wait, and the backlog
-// goes over the limit. rcu_synchronize, rcu_barrier and such a retire
-// are the only calls that block; calling the first two inside a read-side section is
-// a precondition violation (it would wait for itself), asserted in debug builds.
+// goes over the limit. rcu_synchronize, rcu_barrier and such a retire are the only
+// calls that block; calling the first two inside a read-side section is a
+// precondition violation (it would wait for itself), asserted in debug builds.
 //
 // Exit: the reclaimer registers an atexit handler when it starts; once exit() has
 // run it, no deleter runs in the reclaimer or in a retire's poll (rcu_barrier still
-// reclaims). What is still pending stays reachable from the domain: not a leak.
+// reclaims), and no retire waits. What is still pending stays reachable from the
+// domain: not a leak.
 #pragma once
 
 #include <algorithm>
