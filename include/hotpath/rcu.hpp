@@ -503,17 +503,22 @@ class basic_rcu_domain {
     return for_each_reader([&](const reader& r) { return passed(r, t); }) && overflow_passed();
   }
 
+  // How a waiter for readers sleeps: readers never wake anybody (that would cost
+  // them), so it naps, 10 us and twice as long each time up to 1 ms.
+  struct napper {
+    std::chrono::microseconds next{10};
+    void operator()() noexcept {
+      std::this_thread::sleep_for(next);
+      if (next < std::chrono::milliseconds(1)) next *= 2;
+    }
+  };
+
   template <class Done>
   static void wait_until(Done&& done) noexcept {
     unsigned n = 0;
-    auto nap = std::chrono::microseconds(10);
-    while (!done()) {
-      // Readers never wake anybody (that would cost them): spin, yield, then nap.
-      if (!wait::relax(n)) {
-        std::this_thread::sleep_for(nap);
-        if (nap < std::chrono::milliseconds(1)) nap *= 2;
-      }
-    }
+    napper nap;
+    while (!done())
+      if (!wait::relax(n)) nap();  // spin, yield, then nap
   }
 
   void wait_for_readers(std::uint64_t t) noexcept {
@@ -751,11 +756,10 @@ class basic_rcu_domain {
         if (seen - since < age_ns)
           std::this_thread::sleep_for(std::chrono::nanoseconds(age_ns - (seen - since)));
       }
-      auto nap = std::chrono::microseconds(10);
+      napper nap;
       for (bool take = true; !stop_.load(std::memory_order_relaxed); take = false) {
         if (poll(take) == poll_result::idle) break;
-        std::this_thread::sleep_for(nap);
-        if (nap < std::chrono::milliseconds(1)) nap *= 2;
+        nap();
       }
     }
   }
