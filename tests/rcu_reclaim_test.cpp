@@ -6,6 +6,7 @@
 // reclaims or waits); the thread can be refused and comes back when allowed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -13,7 +14,9 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "hotpath/rcu.hpp"
 #include "hotpath/rcu_cell.hpp"
@@ -78,12 +81,29 @@ class section_holder {
 // Three retires and then nothing: the reclaimer frees them without a barrier,
 // without another retire, without a read-side section. A build that waits for a
 // batch of 64 (no reclaimer, or no age) never does. Twice: the first round may
-// start the thread; the second finds it asleep and must wake it.
+// start the thread; the second finds it asleep and must wake it. (Asleep, not about
+// to sleep: the second round waits until one of the threads the first one started,
+// the reclaimer, is parked on a futex, so that a reclaimer nobody wakes cannot pass
+// by polling once more; after a fixed 20 ms it was not always there on a loaded
+// machine.)
 TEST(RcuReclaim, RetiredObjectsGoWithNothingElseHappening) {
   rcu_barrier();
   ASSERT_EQ(counted::alive.load(), 0);
+  const std::set<long> before = hotpath::test::thread_ids();
+  std::vector<long> started;
   for (int round = 0; round < 2; ++round) {
-    std::this_thread::sleep_for(20ms);  // the reclaimer, if any, goes to sleep
+    if (round > 0) {
+      for (const long tid : hotpath::test::thread_ids())
+        if (!before.count(tid)) started.push_back(tid);
+      if (started.empty()) std::this_thread::sleep_for(20ms);  // it was there before
+      // One of them (a sanitizer may start a thread of its own, which naps) parks.
+      EXPECT_TRUE(
+          started.empty() ||
+          eventually(
+              [&] { return std::any_of(started.begin(), started.end(), hotpath::test::parked); },
+              10s))
+          << "the reclaimer never parked";
+    }
     for (int i = 0; i < 3; ++i)
       rcu_retire(new counted);
     const auto retired = std::chrono::steady_clock::now();  // the deadline starts here

@@ -4,10 +4,15 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
 #include <thread>
 
 namespace hotpath::test {
@@ -21,6 +26,31 @@ inline int threads_now() {
     n += e->d_name[0] != '.';
   closedir(d);
   return n;
+}
+
+// The ids of this process's threads (/proc/self/task).
+inline std::set<long> thread_ids() {
+  std::set<long> ids;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ids.insert(std::strtol(e->d_name, nullptr, 10));
+    closedir(d);
+  }
+  return ids;
+}
+
+// Whether thread `tid` of this process is blocked in futex(2), as
+// /proc/self/task/TID/syscall says: parked, not napping in nanosleep, not running.
+inline bool parked(long tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/syscall";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return false;
+  char word[32] = {};
+  const bool read = std::fscanf(f, "%31s", word) == 1;
+  std::fclose(f);
+  char* end = nullptr;
+  const long nr = std::strtol(word, &end, 10);
+  return read && end != word && nr == SYS_futex;  // else "running", or another call
 }
 
 // Waits for child `pid` to exit and returns its exit status: -1 if it died of a
