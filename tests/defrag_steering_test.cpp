@@ -421,6 +421,48 @@ TEST(DefragOrder, AWorkerGivenNoPacketHoldsNoOneBack) {
   EXPECT_EQ(r.pending_at_end, 1);
 }
 
+// Workers run apart in capture time while memory is plentiful, so expiry follows the
+// slowest of them (the low watermark), not the one that sweeps. RSS by addresses: one
+// worker owns a datagram whose last fragment comes 0.95 s after its first (timeout 1 s),
+// with 20000 packets of its own between them; the other has a few packets after 1.2 s,
+// takes them at once, and sweeps. Swept at its own clock, the datagram was gone before
+// its owner came to the last fragment (caught in most runs; it passes only if the
+// other worker ran late).
+TEST(DefragTime, AWorkerAheadDoesNotExpireWhatASlowerOneCompletes) {
+  using namespace defrag::synthetic::detail;
+  auto worker_of = [](const address& x) {
+    defrag::pcap_io::capture one;
+    emit_fragment(one, 0, x, 1, udp(x, 1, 9, bytes(8)), 0, false);
+    return defrag::driver::pick(defrag::driver::address_rss_hash(one.ip(one.packets[0])), 2);
+  };
+  const address slow{false, {10, 9, 0, 1}, {10, 9, 0, 2}};
+  address fast = slow;
+  while (worker_of(fast) == worker_of(slow))
+    ++fast.src[2];
+  defrag::pcap_io::capture cap;
+  const std::int64_t t0 = 1'000'000'000;
+  const bytes u = udp(slow, 1000, 9, bytes(2000 - 8, 7));
+  emit_fragment(cap, t0, slow, 0x7000, std::span(u).first(1480), 0, true);
+  for (int k = 1; k <= 20000; ++k)
+    emit_fragment(cap, t0 + k * 40'000, slow, static_cast<std::uint32_t>(k),
+                  udp(slow, 2000, 9, bytes(16, 1)), 0, false);
+  emit_fragment(cap, t0 + 950'000'000, slow, 0x7000, std::span(u).subspan(1480), 1480, false);
+  for (int k = 0; k < 200; ++k)
+    emit_fragment(cap, t0 + 1'200'000'000 + k * 1'000'000, fast, static_cast<std::uint32_t>(k),
+                  udp(fast, 3000, 9, bytes(16, 2)), 0, false);
+  defrag::driver::run_options o;
+  o.rss = defrag::driver::rss_mode::addresses;
+  o.cfg.timeout_v4_ns = o.cfg.timeout_v6_ns = 1'000'000'000;
+  for (unsigned threads : {1u, 2u, 2u, 2u, 2u, 2u}) {
+    SCOPED_TRACE(std::to_string(threads) + " workers");
+    o.threads = threads;
+    const auto r = defrag::driver::run(cap, o);
+    EXPECT_EQ(r.first[counter::reasm_oks], 1);
+    EXPECT_EQ(r.first[counter::reasm_timeout], 0);
+    EXPECT_EQ(r.first[counter::passthrough], 20200);
+  }
+}
+
 // A worker that cannot be started (no memory left for its stack): run() throws the
 // error after the workers already started have left. They used to wait at the start
 // barrier for the missing one, and the joinable threads ended the process

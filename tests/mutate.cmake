@@ -3,7 +3,8 @@
 # hold no test-only switches):
 #   cmake -DSOURCE=<include/> -DDEST=<copy> -DSPEC=<tests/mutants/NAME.cmake>
 #         -DSTAMP=<file> -P mutate.cmake
-# The spec sets `header` (a path under include/) and pairs old_1/new_1, old_2/new_2...
+# The spec sets `header` (a path under SOURCE: include/, or the spec's `root`, which
+# hotpath_mutant_headers() copies instead) and pairs old_1/new_1, old_2/new_2...
 # applied in turn; each old_K must occur exactly once in the header as it then is, so
 # that a mutant cannot rot into the unmutated code when the header changes.
 include(${SPEC})

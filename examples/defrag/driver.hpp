@@ -9,12 +9,16 @@
 // With RSS by addresses alone (rss_mode::addresses) every fragment arrives on its owner
 // and nothing is steered.
 //
-// Each worker takes its packets in capture order (handed-off ones as they arrive). Workers keep
-// within `window` packets and `skew_ns` of each other's position in the capture, as packets that
-// arrived together in real time are handled together: capture time (the engine's clock) and the
-// table's contents then mean nearly the same thing on every worker. Expiry is driven by capture
-// time too: whichever worker first sees a tick pass (sweep_tick_ns()) sweeps a share of the
-// buckets, so that every bucket is swept once per shorter timeout.
+// Each worker takes the packets it owns in capture order, so each datagram's fragments reach
+// the engine in capture order, and otherwise runs at its own pace: nothing another worker does
+// can change a datagram's fate while memory is plentiful. Expiry follows the slowest worker's
+// capture time (the low watermark, worker.hpp): whichever worker first sees it pass a tick
+// (sweep_tick_ns()) sweeps a share of the buckets, so that every bucket is swept once per
+// shorter timeout, and no worker ahead expires what a slower one may still complete. Once a
+// quarter of the budget is charged, eviction draws near, and what it takes depends on what the
+// others have put in: then workers keep within `window` packets and `skew_ns` of each other's
+// position in the capture, as packets that arrived together in real time are handled
+// together, a worker that would run further sleeping until the slowest comes nearer.
 //
 // Output order: by the capture position of the packet that completed each datagram
 // (for an unfragmented packet, the packet itself). With one worker that is the order of
@@ -52,18 +56,20 @@ struct run_options {
   unsigned threads = 1;
   unsigned repeat = 0;       // passes after the first, each on a fresh engine, timed
   bool global_lock = false;  // one std::mutex around the engine: the baseline
-  // Most packets a worker runs ahead of the slowest one; 0: half the 1500-byte fragments
+  // While memory is short (a quarter of the budget charged; always with --no-steer), most
+  // packets a worker runs ahead of the slowest one; 0: half the 1500-byte fragments
   // the budget holds, from 64 to 1024 (744 at 4 MiB; window_for()). Small against what
   // the budget holds: in real time these packets arrived together, and a worker far
   // ahead would evict, under a flood, datagrams whose next fragments a slower worker
   // has yet to deliver. Each time it waits costs a wake-up when cores are shared, so not
   // smaller than that (256 made 3-8 workers on two cores 1.5-2x slower).
   std::size_t window = 0;
-  // Most capture time a worker runs ahead of the slowest one (the clock being the
-  // latest timestamp seen up to a packet): in sparse traffic a window of packets can
-  // span seconds, and a worker that far ahead would expire, by its clock, datagrams
-  // whose fragments a slower worker has yet to deliver: 10 ms, a thousandth of the
-  // shortest default timeout (with 1 ms this bound, not the window, held dense traffic).
+  // While memory is short, most capture time a worker runs ahead of the slowest one
+  // (the clock being the latest timestamp seen up to a packet): in sparse traffic a
+  // window of packets can span seconds, and a worker that far ahead would evict as
+  // expired, by its clock, datagrams whose fragments a slower worker has yet to
+  // deliver: 10 ms, a thousandth of the shortest default timeout. Positions are also
+  // published at least this often in capture time, for the low watermark.
   std::int64_t skew_ns = 10'000'000;
   // Hand each fragment that RSS gave to one worker over to the worker that owns its
   // datagram (a hash of its addresses picks it), as RPS steers packets to a cpu:
@@ -175,6 +181,7 @@ inline std::int64_t pass(std::vector<std::unique_ptr<engine>>& engines, const pc
            {},
            {},
            progress(lists.size())};
+  s.always_paced = unsteered(o);
   std::int64_t first_ts = cap.packets.empty() ? 0 : cap.packets.front().ts_ns;
   s.next_tick.store(first_ts + s.tick_ns, std::memory_order_relaxed);
   // --shared-nothing: each worker runs alone on an engine of its own (parts[w], with

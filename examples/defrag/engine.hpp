@@ -294,6 +294,11 @@ class engine {
 
   const config& initial_config() const { return initial_; }
   config current_config() const { return *live_.read(); }
+  // Whether a quarter of the budget may be charged: the table's pool (one load) has less
+  // than three quarters left. Below that no eviction is near, whatever the workers do.
+  bool memory_short() const noexcept {
+    return table_.pool_bytes() < table_.budget() - table_.budget() / 4;
+  }
   // Datagrams being reassembled (exact when no input() runs).
   std::int64_t datagrams_pending() const { return table_.size(); }
   // The bucket a datagram lives in (tests of the queues' shares).

@@ -70,12 +70,13 @@ options:
                      (default: 30 for IPv4, 60 for IPv6, as Linux)
   --buckets N        buckets of the engine's table (default: one per 2 KiB of
                      budget, a power of two: 2048 for 4 MiB)
-  --window N         most packets (in capture order) a worker may run ahead of the
+  --window N         while a quarter of the budget is charged (always with --no-steer),
+                     most packets (in capture order) a worker may run ahead of the
                      slowest one, as packets that arrive together are handled together
                      (default: half the 1500-byte fragments the budget holds, 64 to
-                     1024: 744 for 4 MiB; 256 with --no-steer; larger lets workers
-                     drift apart in capture time; workers also stay within 10 ms of
-                     capture time, 1 ms with --no-steer)
+                     1024: 744 for 4 MiB; 256 with --no-steer; workers then also stay
+                     within 10 ms of capture time, 1 ms with --no-steer); otherwise
+                     workers run apart, and expiry follows the slowest
   --repeat N         after the first pass (the one written), replay the capture from
                      memory N more times, each on a fresh engine, and report
                      ns_per_fragment: the median pass's wall time over fragments in

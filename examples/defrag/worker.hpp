@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// One worker's loop: takes its packets in capture order, keeps within skew_ns of capture
-// time of the others, steers fragments to their owners, feeds the engine, sweeps.
+// One worker's loop: takes its packets in capture order, steers fragments to their owners,
+// feeds the engine, sweeps at the low watermark, and keeps within the window of the others
+// while memory is short.
 #pragma once
 
 #include <algorithm>
@@ -94,6 +95,9 @@ struct shared {
   std::vector<std::unique_ptr<handoff_ring>> rings;
   // Where a blocked worker sleeps, and every progress it may wait for is reported.
   progress ev;
+  // Pace whatever the memory (--no-steer: only pacing keeps a datagram's fragments in
+  // capture order); otherwise only while memory is short (maybe_pace in work()).
+  bool always_paced = false;
 
   handoff_ring& ring(std::size_t from, std::size_t to) { return *rings[from * slots.size() + to]; }
   // The position the slowest other worker must reach before `index` is within reach,
@@ -120,14 +124,40 @@ void locked(shared& s, F&& f) {
   }
 }
 
-// Sweeps a share of the buckets if capture time passed the next tick and this worker
-// wins the race to advance it.
-inline void maybe_expire(shared& s, std::int64_t now) {
+// The least capture time at which any worker may still feed the engine: `now` for this
+// one; for another still running, the clock up to the packet before its position (it
+// has taken every packet of its below it, and takes the rest in capture order).
+// Relaxed: a position only grows, so an old one is a lower bound too.
+inline std::int64_t low_watermark(const shared& s, std::size_t me, std::int64_t now) {
+  std::int64_t low = now;
+  for (std::size_t w = 0; w < s.slots.size(); ++w) {
+    const std::size_t at = w == me ? done : s.slots[w].position.load(std::memory_order_relaxed);
+    if (at != done) low = std::min(low, s.clock[at > 0 ? at - 1 : 0]);
+  }
+  return low;
+}
+
+// Sweeps a share of the buckets if the low watermark passed the next tick and this
+// worker wins the race to advance it. Swept at the watermark, not at this worker's own
+// clock, so that a worker ahead never expires a datagram that a slower one may still
+// bring a fragment for in time. While a slower worker holds the tick back, the others
+// look again only every 64 packets (`skip`): each look reads every worker's line.
+inline void maybe_expire(shared& s, std::size_t me, std::int64_t now, unsigned& skip) {
   // Relaxed: the tick only spaces sweeps out; the engine's locks order what they touch.
   std::int64_t tick = s.next_tick.load(std::memory_order_relaxed);
   if (now < tick) return;
-  if (!s.next_tick.compare_exchange_strong(tick, now + s.tick_ns, std::memory_order_relaxed))
+  if (skip > 0) {
+    --skip;
     return;
+  }
+  const std::int64_t low = low_watermark(s, me, now);
+  if (low < tick) {
+    skip = 63;
+    return;
+  }
+  if (!s.next_tick.compare_exchange_strong(tick, low + s.tick_ns, std::memory_order_relaxed))
+    return;
+  now = low;
   std::int64_t since = now - (tick - s.tick_ns);
   std::size_t buckets = s.eng->initial_config().buckets;
   std::size_t share =
@@ -181,6 +211,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
   worker_slot& slot = s.slots[me];
   const std::size_t workers = s.slots.size();
   [[maybe_unused]] std::size_t next = 0;  // least capture index this worker may take next
+  unsigned sweep_skip = 0;                // see maybe_expire()
   auto process = [&](std::uint32_t i) {
     // A worker takes its packets in capture order (with steering: all those it owns).
     assert(i >= next);
@@ -188,7 +219,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     next = std::size_t{i} + 1;
 #endif
     const pcap_io::record& r = s.cap.packets[i];
-    maybe_expire(s, r.ts_ns);
+    maybe_expire(s, me, r.ts_ns, sweep_skip);
     // Datagrams come as header + pieces: the kept pass copies them once, into the
     // output; the timed passes count them (DPDK's reassembly is timed the same way:
     // it hands out a chain of mbufs, and the copy belongs to whoever needs it flat).
@@ -212,8 +243,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     __builtin_prefetch(p);
     __builtin_prefetch(p + 63);
   };
-  // Paces every 64 packets, and before capture time passes skew_ns beyond the last
-  // time: in sparse traffic 64 packets span seconds.
+  // Publishes its position every 64 packets, and before capture time passes skew_ns
+  // beyond the last time (in sparse traffic 64 packets span seconds), for pace() and
+  // the low watermark; then paces, if memory is short (driver.hpp, run_options::window).
   std::size_t n = 0;
   std::int64_t paced_at = std::numeric_limits<std::int64_t>::min();
   std::size_t seen = 0;  // see pace()
@@ -222,9 +254,9 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     paced_at = s.clock[i];
     // Positions only grow: pace() relies on it. (Ours: only this thread stores it.)
     assert(i >= slot.position.load(std::memory_order_relaxed));
-    slot.position.store(i, std::memory_order_relaxed);  // pacing only, see pace()
+    slot.position.store(i, std::memory_order_relaxed);  // see pace(), low_watermark()
     s.ev.reached(i);
-    pace(s, me, i, seen, meanwhile);
+    if (s.always_paced || s.eng->memory_short()) pace(s, me, i, seen, meanwhile);
   };
 
   if (s.rings.empty()) {  // not steering: each packet where RSS put it
@@ -408,7 +440,7 @@ void work(shared& s, std::size_t me, std::span<const std::uint32_t> mine) {
     x = std::min(first_handed(from), next_own());  // after the load, as above
     const std::size_t bound = std::min<std::size_t>(x == none ? done : x, horizon);
     if (bound != done && bound > slot.position.load(std::memory_order_relaxed)) {
-      slot.position.store(bound, std::memory_order_relaxed);  // pacing only, see pace()
+      slot.position.store(bound, std::memory_order_relaxed);  // see pace(), low_watermark()
       s.ev.reached(bound);
     }
     s.ev.wait(wst, progress::any, horizon + bound);

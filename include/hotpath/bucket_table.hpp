@@ -491,6 +491,9 @@ class bucket_table {
       spare = detail::saturating_add(spare, r.bytes.load(std::memory_order_relaxed));
     return opt_.budget - spare;
   }
+  // Bytes in the shared pool: neither charged nor held in a cpu's reserve. One load, so a
+  // cheap sign of pressure: charged() is at least budget() less this less the reserves.
+  std::int64_t pool_bytes() const noexcept { return free_.load(std::memory_order_relaxed); }
   // Bytes charged by the live entries of share q (options().shares): exact when no
   // charge runs; with one share, charged().
   std::int64_t charged_in_share(std::size_t q) const noexcept {
