@@ -278,14 +278,16 @@ struct two_hosts {
   }
   // `count` UDP datagrams of 2000 bytes (datagram d's payload all d), ids from 0x4000,
   // each in two fragments back to back, the first with its ports.
-  void split_datagrams(unsigned count) {
+  void split_datagrams(unsigned count, std::size_t size = 2000) {
+    const std::size_t cut = size > 1488 ? 1480 : size / 2 & ~std::size_t{7};
     for (unsigned d = 0; d < count; ++d) {
       const bytes u = defrag::synthetic::detail::udp(a, static_cast<std::uint16_t>(1000 + d), 9,
-                                                     bytes(2000 - 8, static_cast<std::uint8_t>(d)));
+                                                     bytes(size - 8, static_cast<std::uint8_t>(d)));
       defrag::synthetic::detail::emit_fragment(cap, ts += 1000, a, 0x4000 + d,
-                                               std::span(u).first(1480), 0, true);
+                                               std::span(u).first(cut), 0, true);
       defrag::synthetic::detail::emit_fragment(cap, ts += 1000, a, 0x4000 + d,
-                                               std::span(u).subspan(1480), 1480, false);
+                                               std::span(u).subspan(cut),
+                                               static_cast<std::uint32_t>(cut), false);
     }
   }
   // `count` unfragmented UDP packets that RSS gives worker `to` of 2.
@@ -305,16 +307,18 @@ struct two_hosts {
 // them to. Each datagram: its first fragment (ports visible: RSS gives it to the other
 // worker), then a fragment lying inside the first (a duplicate, in this order; the
 // other way round an overlap that kills the datagram), then the last one. Between
-// datagrams, 300 unfragmented packets for the other worker alone, so that the owner,
-// with little to do, runs ahead (the window is wide, as far as the clock allows) and
-// meets each tearing fragment before the other has come to the first fragment before it.
+// datagrams, 300 unfragmented packets for the other worker alone (60000 before the
+// first datagram), so that the owner, with little to do, runs ahead and meets each
+// tearing fragment before the other has steered the first fragment before it: the
+// other steers everything it received before it processes anything, but steering 60000
+// packets takes it long enough for the owner to come to the first tearing fragment.
 TEST(DefragOrder, OwnerTakesFragmentsInCaptureOrder) {
   using namespace defrag::synthetic::detail;
   two_hosts h;
   const std::size_t owner = h.owner();
   constexpr unsigned datagrams = 40;
   for (unsigned d = 0; d < datagrams; ++d) {
-    h.unfragmented_for(1 - owner, 300);
+    h.unfragmented_for(1 - owner, d == 0 ? 60000 : 300);
     const std::uint32_t id = 0x4000 + d;
     bytes payload(2000 - 8);
     for (std::size_t i = 0; i < payload.size(); ++i)
@@ -386,19 +390,25 @@ TEST(DefragOrder, OwnerTakesItsOwnPacketsBeforeLaterHandoffs) {
 
 // Between two hosts every fragment has one owner, while RSS spreads the first
 // fragments by their ports: the other workers own nothing and hand over more than a
-// ring holds. They must not hold the owner back (in pace(), a worker that owned
-// nothing once stayed at its start, and the owner waited for it forever).
+// ring holds (at 2 workers; 70000 datagrams of 24 bytes in two fragments), so that they
+// steer what is left while they process. They must not hold the owner back (in pace(),
+// a worker that owned nothing once stayed at its start, and the owner waited for it
+// forever), and what they steer late still reaches the owner in capture order.
 TEST(DefragOrder, WorkersOwningNothingDoNotStallTheOwner) {
   two_hosts h;
-  constexpr unsigned datagrams = 10000;
-  h.split_datagrams(datagrams);
+  constexpr unsigned datagrams = 70000;
+  h.split_datagrams(datagrams, 24);
   for (unsigned threads : {2u, 3u, 4u}) {
     SCOPED_TRACE(std::to_string(threads) + " workers");
     defrag::driver::run_options o;
     o.threads = threads;
     auto r = defrag::driver::run(h.cap, o);  // hangs (the test times out) if they stall
     EXPECT_EQ(r.first[counter::reasm_oks], datagrams);
+    EXPECT_EQ(r.first[counter::reasm_overlaps], 0);
     EXPECT_GT(r.handed_off, 1024);
+    if (threads == 2) {
+      EXPECT_GT(r.handed_off, defrag::driver::detail::handoff_ring::max_capacity);
+    }
   }
 }
 
@@ -424,10 +434,10 @@ TEST(DefragOrder, AWorkerGivenNoPacketHoldsNoOneBack) {
 // Workers run apart in capture time while memory is plentiful, so expiry follows the
 // slowest of them (the low watermark), not the one that sweeps. RSS by addresses: one
 // worker owns a datagram whose last fragment comes 0.95 s after its first (timeout 1 s),
-// with 20000 packets of its own between them; the other has a few packets after 1.2 s,
-// takes them at once, and sweeps. Swept at its own clock, the datagram was gone before
-// its owner came to the last fragment (caught in most runs; it passes only if the
-// other worker ran late).
+// with 40000 packets of its own between them; the other has 5000 packets from 1.2 s to
+// 1.7 s, and sweeps as it goes. Swept at its own clock, the datagram was gone before
+// its owner came to the last fragment (in most runs: the mutant passes only if the
+// other worker ran before the owner took the first fragment, or after it took them all).
 TEST(DefragTime, AWorkerAheadDoesNotExpireWhatASlowerOneCompletes) {
   using namespace defrag::synthetic::detail;
   auto worker_of = [](const address& x) {
@@ -443,12 +453,12 @@ TEST(DefragTime, AWorkerAheadDoesNotExpireWhatASlowerOneCompletes) {
   const std::int64_t t0 = 1'000'000'000;
   const bytes u = udp(slow, 1000, 9, bytes(2000 - 8, 7));
   emit_fragment(cap, t0, slow, 0x7000, std::span(u).first(1480), 0, true);
-  for (int k = 1; k <= 20000; ++k)
-    emit_fragment(cap, t0 + k * 40'000, slow, static_cast<std::uint32_t>(k),
+  for (int k = 1; k <= 40000; ++k)
+    emit_fragment(cap, t0 + k * 20'000, slow, static_cast<std::uint32_t>(k),
                   udp(slow, 2000, 9, bytes(16, 1)), 0, false);
   emit_fragment(cap, t0 + 950'000'000, slow, 0x7000, std::span(u).subspan(1480), 1480, false);
-  for (int k = 0; k < 200; ++k)
-    emit_fragment(cap, t0 + 1'200'000'000 + k * 1'000'000, fast, static_cast<std::uint32_t>(k),
+  for (int k = 0; k < 5000; ++k)
+    emit_fragment(cap, t0 + 1'200'000'000 + k * 100'000, fast, static_cast<std::uint32_t>(k),
                   udp(fast, 3000, 9, bytes(16, 2)), 0, false);
   defrag::driver::run_options o;
   o.rss = defrag::driver::rss_mode::addresses;
@@ -459,7 +469,7 @@ TEST(DefragTime, AWorkerAheadDoesNotExpireWhatASlowerOneCompletes) {
     const auto r = defrag::driver::run(cap, o);
     EXPECT_EQ(r.first[counter::reasm_oks], 1);
     EXPECT_EQ(r.first[counter::reasm_timeout], 0);
-    EXPECT_EQ(r.first[counter::passthrough], 20200);
+    EXPECT_EQ(r.first[counter::passthrough], 45000);
   }
 }
 

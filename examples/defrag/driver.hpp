@@ -194,8 +194,14 @@ inline std::int64_t pass(std::vector<std::unique_ptr<engine>>& engines, const pc
   std::mutex failing;
   // Spread by addresses, every fragment is already on its owner: nothing to hand over.
   if (o.steer && o.rss == rss_mode::ports && !o.shared_nothing && lists.size() > 1)
-    for (std::size_t k = 0; k < lists.size() * lists.size(); ++k)
-      s.rings.push_back(std::make_unique<handoff_ring>());
+    for (std::size_t from = 0; from < lists.size(); ++from) {
+      // Room for everything `from` may hand over (what RSS hashed with its ports), up to
+      // handoff_ring::max_capacity: steering then rarely waits for an owner to drain.
+      const auto l4 =
+          static_cast<std::size_t>(std::count(rx.l4[from].begin(), rx.l4[from].end(), 1));
+      for (std::size_t to = 0; to < lists.size(); ++to)
+        s.rings.push_back(std::make_unique<handoff_ring>(to == from ? 1 : l4));
+    }
   using clock = std::chrono::steady_clock;
   // The workers start together: each waits, spinning first, until all have arrived.
   // (Woken from a futex, the second one started tens of microseconds after the first,

@@ -2,8 +2,11 @@
 // The ring through which a worker hands a fragment to the worker that owns its datagram.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
+#include <memory>
 
 namespace defrag::driver::detail {
 
@@ -13,16 +16,23 @@ namespace defrag::driver::detail {
 // the cores once per batch, not once per packet.
 class handoff_ring {
  public:
-  static constexpr std::uint32_t capacity = 1024;
+  // Room for `want` indices, rounded up to a power of two, at most max_capacity (128
+  // KiB: its pages are touched only as far as it fills).
+  static constexpr std::uint32_t max_capacity = std::uint32_t{1} << 15;
+  explicit handoff_ring(std::size_t want)
+      : capacity_(std::bit_ceil(
+            static_cast<std::uint32_t>(std::clamp<std::size_t>(want, 1, max_capacity)))),
+        slots_(new std::uint32_t[capacity_]) {}
+  std::uint32_t capacity() const noexcept { return capacity_; }
 
   // Producer: false when full.
   bool push(std::uint32_t v) noexcept {
-    if (tail_ - head_seen_ == capacity) {
+    if (tail_ - head_seen_ == capacity_) {
       // Acquire pairs with the release store in peek(): the slots it freed were read.
       head_seen_ = head_.load(std::memory_order_acquire);
-      if (tail_ - head_seen_ == capacity) return false;
+      if (tail_ - head_seen_ == capacity_) return false;
     }
-    slots_[tail_ % capacity] = v;
+    slots_[tail_ & (capacity_ - 1)] = v;
     ++tail_;
     return true;
   }
@@ -45,10 +55,10 @@ class handoff_ring {
       // Acquire pairs with the release store in publish().
       end_ = published_.load(std::memory_order_acquire);
       for (std::uint32_t k = next_; k != end_ && k - next_ < prefetch; ++k)
-        ahead(slots_[k % capacity]);
+        ahead(slots_[k & (capacity_ - 1)]);
       if (next_ == end_) return false;
     }
-    v = slots_[next_ % capacity];
+    v = slots_[next_ & (capacity_ - 1)];
     return true;
   }
   // Consumer: whether peek() freed room since the last call (its producer may wait for it).
@@ -61,11 +71,13 @@ class handoff_ring {
   template <class Ahead>
   void pop(Ahead&& ahead) noexcept {
     ++next_;
-    if (end_ - next_ >= prefetch) ahead(slots_[(next_ + prefetch - 1) % capacity]);
+    if (end_ - next_ >= prefetch) ahead(slots_[(next_ + prefetch - 1) & (capacity_ - 1)]);
   }
 
  private:
   static constexpr std::uint32_t prefetch = 4;
+  const std::uint32_t capacity_;
+  const std::unique_ptr<std::uint32_t[]> slots_;  // not zeroed: written before read
   // Producer's own line, then the two shared words, then the consumer's own line.
   alignas(64) std::uint32_t tail_ = 0;
   std::uint32_t head_seen_ = 0;
@@ -76,7 +88,6 @@ class handoff_ring {
   std::uint32_t end_ = 0;    // published, as last loaded
   std::uint32_t freed_ = 0;  // head_, as last stored
   bool freed_room_ = false;
-  alignas(64) std::uint32_t slots_[capacity];
 };
 
 }  // namespace defrag::driver::detail
