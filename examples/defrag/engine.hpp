@@ -80,7 +80,7 @@ inline constexpr std::size_t max_queues = 64;
 // the budget holds datagrams under a flood of first fragments (2.8 KiB each, queue
 // included), 2048 for 4 MiB. The evictor samples buckets: in a table much larger than
 // its population most probes find an empty bucket, so an eviction costs more probes
-// and weighs fewer datagrams (docs/defrag.md). Fewer buckets also make each sweep
+// and weighs fewer datagrams (git log of docs/defrag.md). Fewer buckets also make each sweep
 // cheaper; a lookup walks about one entry more at most.
 inline std::size_t default_buckets(std::int64_t budget_bytes) noexcept {
   const auto per = static_cast<std::uint64_t>(std::max<std::int64_t>(budget_bytes, 0) / 2048);

@@ -28,7 +28,7 @@ namespace defrag::driver::detail {
 // on, up to max_spin_rounds (about 0.8 ms). A sleep costs a wake-up, 100 us or more
 // on this guest, which two workers on two idle cores pay now and then; waiting longer
 // without progress before sleeping (100 us) made 3-8 workers on two cores 2-6x slower
-// than one instead of 1.5-3x (docs/defrag.md, "Measured").
+// than one instead of 1.5-3x (git log of docs/defrag.md).
 inline constexpr unsigned spin_rounds = 64;
 inline constexpr unsigned max_spin_rounds = 2048;
 

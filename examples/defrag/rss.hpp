@@ -199,7 +199,7 @@ struct rx_queues {
 // allocated alike (a large reservation is mapped, and its pages are allocated as they
 // are first touched): the speed of a pass over fresh memory can depend on where that
 // memory came from, and worker counts compared with --paired-with must not differ by
-// it (docs/defrag.md). One worker reads a queue too, not the capture, for that reason.
+// it (git log of docs/defrag.md). One worker reads a queue too, not the capture, for that reason.
 inline std::vector<rx_queues> receive(const pcap_io::capture& c, std::span<const unsigned> counts,
                                       rss_mode mode = rss_mode::ports) {
   std::vector<rx_queues> qs(counts.size());
