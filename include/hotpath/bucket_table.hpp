@@ -105,39 +105,10 @@
 // line per charge and per removal); they decide only which buckets are sampled, never
 // the budget bound.
 //
-// Budget bound: exact. The budget's bytes are conserved between four places: a
-// shared pool, one reserve per cpu, the entries' charges and the hands of a thread
-// moving them. A charge takes its delta from its cpu's reserve, else from the pool
-// (with charge_batch more for later charges), else it gathers its cpu's reserve and
-// those this thread filled last (on cpus it ran on before) and takes the rest from
-// the pool; only then does it evict. Every cpu's reserve is gathered only at the last
-// attempt (before a refusal), and after an eviction that found nothing: at a full
-// table each thread's gathers took what another had just put on its own cpu, a line
-// moved between cores at every charge. (If a gather falls short, what it gathered
-// goes to the pool, where a charger gathering at the same time finds it: of two
-// racing for room for one, one wins.) What its evictions free stays in its hands
-// until it has its delta (else another charger's gather could take it first, and
-// the evicter, out of attempts, refuse: under a flood at two threads that refused a
-// legit fragment now and then; the price: two chargers each short of two victims'
-// worth may now both be refused, where one gathered both). An uncharge puts the
-// bytes back in its cpu's reserve, and a reserve above 2 x charge_batch returns the
-// excess to the pool.
-// Every move is an atomic read-modify-write that takes from a place before adding to
-// another, and no place goes below zero, so the bytes held by linked entries never
-// exceed the budget, at any instant and any thread count; relaxed order suffices,
-// since the bound rests on each word's modification order alone. (The kernel's
-// percpu_counter_compare() bound, which an earlier version used, let each thread
-// folding a batch at that instant add up to one batch.) The price: a charge may evict
-// while room exists that it did not see, bytes in another thread's hands or given
-// back to a reserve after its gather passed it (the gather is not a snapshot), the
-// next charges find them; or another thread's spare bytes on another cpu (at most
-// 2 x charge_batch a cpu), found by charges on that cpu and by last attempts, so a
-// charge of more than one victim's worth may evict several. One thread alone (the
-// only one to give bytes back) fills the budget exactly wherever it runs, so what it
-// evicts does not depend on the cpus it ran on. charged() is the budget less the pool
-// and the reserves:
-// exact when no charge runs; while charges move bytes, it can read high (never above
-// the budget) or low (even negative).
+// Budget bound: exact, at any instant and any thread count: the bytes held by linked
+// entries never exceed the budget (detail/table_budget.hpp says how). charged() is the
+// budget less the pool and the reserves: exact when no charge runs; while charges move
+// bytes, it can read high (never above the budget) or low (even negative).
 //
 // Cost: find_or_create of a present key is a hash (SipHash-1-3, 14 ns here), the bucket
 // lock (one CAS, one store) and a short chain walk. The chain is not RCU-protected:
@@ -169,6 +140,7 @@
 
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/policy.hpp"
+#include "hotpath/detail/table_budget.hpp"
 #include "hotpath/keyed_hash.hpp"
 #include "hotpath/percpu.hpp"
 #include "hotpath/percpu_counter.hpp"
@@ -207,13 +179,6 @@ struct bucket_table_options {
 };
 
 namespace detail {
-inline std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
-  std::int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r))
-    return b > 0 ? std::numeric_limits<std::int64_t>::max()
-                 : std::numeric_limits<std::int64_t>::min();
-  return r;
-}
 // i * size / 2^bits for i < 2^bits (a random index scaled to a range), without a
 // division and without overflow.
 inline std::size_t scale(std::size_t i, std::size_t size, unsigned bits) noexcept {
@@ -356,7 +321,8 @@ class bucket_table {
         hash_(std::move(hash)),
         mask_(std::bit_ceil(opt.buckets < 1 ? std::size_t{1} : opt.buckets) - 1),
         index_bits_(static_cast<unsigned>(std::popcount(mask_))),
-        buckets_(new bucket[mask_ + 1]) {
+        buckets_(new bucket[mask_ + 1]),
+        budget_(opt.budget, opt.charge_batch) {
     opt_.shares =
         std::clamp<std::size_t>(opt_.shares, 1, std::min<std::size_t>(max_shares, mask_ + 1));
     if (opt_.shares > 1) {
@@ -376,14 +342,7 @@ class bucket_table {
     // table is below a k above 8.)
     opt_.eviction_probes = static_cast<unsigned>(std::max<std::size_t>(
         std::min<std::size_t>(opt_.eviction_probes, 8 * (mask_ + 1)), opt_.eviction_samples));
-    HOTPATH_ASSERT(opt_.budget >= 0, "bucket_table: negative budget");
-    std::int64_t batch = opt_.charge_batch;
-    if (batch <= 0)
-      batch = std::max<std::int64_t>(
-          64, opt_.budget / (32 * static_cast<std::int64_t>(possible_cpus())));
-    // A reserve holds up to two batches: keep 2 x batch + a charge within int64.
-    opt_.charge_batch = std::min(batch, std::numeric_limits<std::int64_t>::max() / 4);
-    free_.store(opt_.budget, std::memory_order_relaxed);
+    opt_.charge_batch = budget_.batch();
     // size() reads sum(), never read(): the count need not fold, and folding would
     // bounce the centre's line between cpus every 32 inserts.
     count_.set_batch(std::int64_t{1} << 40);
@@ -485,15 +444,10 @@ class bucket_table {
   // Bytes charged by live entries: the budget less the pool and the reserves (header
   // comment, "Budget bound"). Exact when no charge runs; never above budget(), by
   // construction, so it cannot show the bound: sum the entries for that.
-  std::int64_t charged() const noexcept {
-    std::int64_t spare = free_.load(std::memory_order_relaxed);
-    for (const reserve& r : reserves_)  // saturating: bytes on the move may count twice
-      spare = detail::saturating_add(spare, r.bytes.load(std::memory_order_relaxed));
-    return opt_.budget - spare;
-  }
+  std::int64_t charged() const noexcept { return budget_.charged(); }
   // Bytes in the shared pool: neither charged nor held in a cpu's reserve. One load, so a
   // cheap sign of pressure: charged() is at least budget() less this less the reserves.
-  std::int64_t pool_bytes() const noexcept { return free_.load(std::memory_order_relaxed); }
+  std::int64_t pool_bytes() const noexcept { return budget_.pool_bytes(); }
   // Bytes charged by the live entries of share q (options().shares): exact when no
   // charge runs; with one share, charged().
   std::int64_t charged_in_share(std::size_t q) const noexcept {
@@ -592,7 +546,7 @@ class bucket_table {
     if (freed)
       *freed += n->charged;
     else
-      give_back(n->charged);
+      budget_.give_back(n->charged);
     count_.dec();
   }
 
@@ -668,7 +622,7 @@ class bucket_table {
   bool try_charge(std::int64_t delta, bucket* held, node* protect, std::int64_t now,
                   reclaim_lists& rl) noexcept {
     if (delta <= 0) {
-      give_back(-delta);
+      budget_.give_back(-delta);
       return true;
     }
     if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
@@ -679,12 +633,12 @@ class bucket_table {
     bool gather = opt_.eviction_attempts == 0;
     for (unsigned attempt = 0;; ++attempt) {
       if (freed >= delta) {
-        give_back(freed - delta);
+        budget_.give_back(freed - delta);
         return true;
       }
-      if (take(delta - freed, gather)) return true;
+      if (budget_.take(delta - freed, gather)) return true;
       if (attempt == opt_.eviction_attempts) {
-        give_back(freed);
+        budget_.give_back(freed);
         return false;
       }
       const std::int64_t before = freed;
@@ -694,104 +648,6 @@ class bucket_table {
       if (within && freed == before) evict(held, protect, now, rl, freed, false);
       gather = freed == before || attempt + 1 == opt_.eviction_attempts;
     }
-  }
-
-  // The budget's bytes (header comment, "Budget bound"). All relaxed: the bound needs
-  // only that each word's read-modify-writes take from what the word holds.
-  struct reserve {
-    atomic<std::int64_t> bytes{0};
-    // The thread that last put bytes here (thread_tag()): a hint, read by gathers. On
-    // a line of its own, written only when the depositor changes: other cpus read it
-    // at every charge of a full table, and beside `bytes` each read would take the line
-    // the owning cpu writes at each of its charges.
-    alignas(cache_line_size) atomic<std::uintptr_t> depositor{0};
-  };
-  // This thread's tag: the address of a thread's own object (the policy's, so that a
-  // scheduler running threads as fibers gives each fiber its own), distinct among
-  // running threads. (A copy of this header in each of two shared objects gives a
-  // thread two tags; a tag is only a hint, see try_charge().)
-  static std::uintptr_t thread_tag() noexcept {
-    return reinterpret_cast<std::uintptr_t>(&detail::policy_local<Policy, char>());
-  }
-  static unsigned cpu() noexcept {
-    if constexpr (requires { Policy::current_cpu(); })
-      return Policy::current_cpu();
-    else
-      return current_cpu();
-  }
-  reserve& local() noexcept { return reserves_[reserves_.index(cpu())]; }
-  atomic<std::int64_t>& local_reserve() noexcept { return local().bytes; }
-
-  // Takes d > 0 bytes of the budget from what is near: this cpu's reserve, else the
-  // pool (with a batch more). No other cpu's line is written.
-  bool take_near(std::int64_t d) noexcept {
-    atomic<std::int64_t>& mine = local_reserve();
-    std::int64_t x = mine.load(std::memory_order_relaxed);
-    while (x >= d)
-      if (mine.compare_exchange_weak(x, x - d, std::memory_order_relaxed)) return true;
-    return take_shared(d, opt_.charge_batch);
-  }
-  // take_near(), else gathers the spare bytes of every cpu (ours too: this thread may
-  // have left some on a cpu it ran on before), or with `all` false only of this cpu and
-  // of those this thread put there last; false if the pool and those reserves together
-  // lack them (as far as this thread saw).
-  bool take(std::int64_t d, bool all = true) noexcept {
-    if (take_near(d)) return true;
-    const std::uintptr_t me = thread_tag();
-    const reserve* here = &local();
-    std::int64_t got = 0;
-    for (reserve& r : reserves_) {
-      if (!all && &r != here && r.depositor.load(std::memory_order_relaxed) != me) continue;
-      if (r.bytes.load(std::memory_order_relaxed) > 0)
-        got += r.bytes.exchange(0, std::memory_order_relaxed);
-    }
-    if (got >= d) {
-      if (got > d) give_back(got - d);
-      return true;
-    }
-    if (take_shared(d - got, 0)) return true;  // what was gathered, and the rest from the pool
-    // Short: what was gathered goes to the pool. Of chargers gathering at once, each
-    // with part of the room, the last to deposit finds every part there.
-    if (got > 0) free_.fetch_add(got, std::memory_order_relaxed);
-    return take_shared(d, 0);
-  }
-
-  // Takes d bytes from the pool, and up to `extra` more for this cpu's reserve.
-  bool take_shared(std::int64_t d, std::int64_t extra) noexcept {
-    std::int64_t f = free_.load(std::memory_order_relaxed);
-    while (f >= d) {
-      const std::int64_t n = d + std::min(extra, f - d);  // no d + extra: may overflow
-      if (free_.compare_exchange_weak(f, f - n, std::memory_order_relaxed)) {
-        if (n > d) give_back(n - d);
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // Returns d >= 0 bytes to this cpu's reserve; what lifts it above 2 x charge_batch
-  // goes back to the pool, down to one batch.
-  void give_back(std::int64_t d) noexcept {
-    if (d == 0) return;
-    reserve& r = local();
-    // Written only when the depositor changes (see reserve).
-    const std::uintptr_t me = thread_tag();
-    if (r.depositor.load(std::memory_order_relaxed) != me)
-      r.depositor.store(me, std::memory_order_relaxed);
-    atomic<std::int64_t>& mine = r.bytes;
-    const std::int64_t batch = opt_.charge_batch;
-    std::int64_t x = mine.load(std::memory_order_relaxed);
-    std::int64_t spill = 0;
-    for (;;) {
-      std::int64_t n = x + d;
-      spill = 0;
-      if (n > 2 * batch) {
-        spill = n - batch;
-        n = batch;
-      }
-      if (mine.compare_exchange_weak(x, n, std::memory_order_relaxed)) break;
-    }
-    if (spill > 0) free_.fetch_add(spill, std::memory_order_relaxed);
   }
 
   // One eviction round (header comment). Samples distinct non-empty buckets and reads
@@ -973,7 +829,7 @@ class bucket_table {
         try {
           found = new node(key, h, std::forward<Args>(args)...);
         } catch (...) {
-          give_back(opt_.entry_charge);
+          budget_.give_back(opt_.entry_charge);
           throw;
         }
         found->charged = opt_.entry_charge;
@@ -1027,7 +883,7 @@ class bucket_table {
   std::size_t mask_;
   unsigned index_bits_;  // of mask_
   std::unique_ptr<bucket[]> buckets_;
-  percpu<reserve> reserves_;
+  detail::table_budget<Policy> budget_;
   percpu_counter<std::int64_t, Policy> count_;
   // Per share (shares > 1; else null): its entries' bytes, on a line of its own, and
   // its buckets [lo, lo + size) (fixed: an eviction reads them beside bytes, with no
@@ -1040,7 +896,6 @@ class bucket_table {
   std::unique_ptr<share[]> shares_;
   // Three quarters of a share's part of the budget: from it, a share evicts within itself.
   std::int64_t share_floor_ = 0;
-  alignas(cache_line_size) atomic<std::int64_t> free_{0};  // the shared pool
   alignas(cache_line_size) atomic<std::size_t> cursor_{0};
 };
 

@@ -4,5 +4,5 @@ set(old_1 [==[      gather = freed == before || attempt + 1 == opt_.eviction_att
 set(new_1 [==[      gather = freed == before || attempt + 1 == opt_.eviction_attempts;
       // Mutant (tests/schedule/bucket_table.cpp): what an eviction freed goes back to a
       // reserve, where another charger may gather it before this one takes it.
-      give_back(freed);
+      budget_.give_back(freed);
       freed = 0;]==])

@@ -1,5 +1,5 @@
 # No reserve is gathered before evicting, not even the thread's own on a cpu it left.
-set(header hotpath/bucket_table.hpp)
+set(header hotpath/detail/table_budget.hpp)
 set(old_1 [==[    for (reserve& r : reserves_) {]==])
 set(new_1 [==[    for (reserve& r : reserves_) {
       // Mutant (tests/bucket_table_test.cpp): before evicting, no reserve is gathered,

@@ -1,5 +1,5 @@
 # Other cpus' spare bytes are never gathered.
-set(header hotpath/bucket_table.hpp)
+set(header hotpath/detail/table_budget.hpp)
 set(old_1 [==[      if (!all && &r != here && r.depositor.load(std::memory_order_relaxed) != me) continue;]==])
 set(new_1 [==[      if (!all && &r != here && r.depositor.load(std::memory_order_relaxed) != me) continue;
       // Mutant (tests/bucket_table_test.cpp): other cpus' spare bytes are not gathered.
