@@ -2,6 +2,6 @@
 set(header hotpath/detail/table_budget.hpp)
 set(old_1 [==[    for (reserve& r : reserves_) {]==])
 set(new_1 [==[    for (reserve& r : reserves_) {
-      // Mutant (tests/bucket_table_test.cpp): before evicting, no reserve is gathered,
+      // Mutant (tests/bucket_table_eviction_test.cpp): before evicting, no reserve is gathered,
       // not even one this thread left on a cpu it ran on before.
       if (!all) continue;]==])

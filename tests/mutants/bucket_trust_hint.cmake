@@ -2,6 +2,6 @@
 set(header hotpath/bucket_table.hpp)
 set(old_1 [==[        if (next && best && next->oldest >= best->last_used) next = nullptr;]==])
 set(new_1 [==[        if (next && best && next->oldest >= best->last_used) next = nullptr;
-        // Mutant (tests/bucket_table_test.cpp): the bucket with the oldest hint holds
+        // Mutant (tests/bucket_table_eviction_test.cpp): the bucket with the oldest hint holds
         // the victim, as if no hint were ever too low.
         if (best) next = nullptr;]==])
