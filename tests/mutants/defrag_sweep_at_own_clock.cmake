@@ -2,4 +2,4 @@
 set(root examples/defrag)
 set(header worker.hpp)
 set(old_1 [==[  const std::int64_t low = low_watermark(s, me, now);]==])
-set(new_1 [==[  const std::int64_t low = now;  // mutant: its own clock, not the watermark]==])
+set(new_1 [==[  const std::int64_t low = ((void)me, now);  // mutant: its own clock, not the watermark]==])
