@@ -77,14 +77,25 @@
 // it queues, so a running thread takes a lock that a sleeping (or waking) head would
 // leave idle; that is what keeps an oversubscribed machine busy, as std::mutex's
 // barging does. The pending owner and the queued waiters are FIFO among themselves
-// (lock_fifo() alone is FIFO outright). Bounded wait: once the pending owner, or
-// with none the head, has slept and been woken (or, with a policy that never
-// sleeps, waited 128 rounds), it sets `handoff`; from then on the next unlock()
-// hands it the lock directly, so no thread can take it first. Each waits at most its
-// spin budget, one sleep, and then the critical section in progress plus at most one
-// more (one that began in the instant between an owner's check of `handoff` and its
-// store). Overflow waiters (no node) are not fair: they take the lock whenever it is
-// free, as the kernel's fallback does.
+// (lock_fifo() alone is FIFO outright).
+//
+// Batches. The pending owner and the head load the word every 2, 4, ... up to 64
+// relax() steps, not at every one: each load pulls the line from the owner, whose
+// next store must then fetch it back, and with both threads polling, two threads
+// trading the lock alternated strictly and paid a line transfer (and the data's) per
+// acquisition. Meanwhile the owner steals back the lock it releases, so sections run
+// in batches on warm lines, as under a cohort lock (Dice et al.) or CNA, with the
+// waiter's spin budget as the batch's bound.
+//
+// Bounded wait: the pending owner, or with none the head, asks for the handoff once
+// it has waited handoff_after (256) relax() steps (with queued_default_policy: its
+// whole spin budget, 256 pauses, about 7 us on this project's EPYC host) or has slept
+// and been woken, whichever comes first. It sets `handoff`; from then on the next
+// unlock() hands it the lock directly, so no thread can take it first. So a waiter
+// that has claimed pending waits at most handoff_after steps (or one sleep), then the
+// critical section in progress plus at most one more (one that began in the instant
+// between an owner's check of `handoff` and its store). Overflow waiters (no node)
+// are not fair: they take the lock whenever it is free, as the kernel's fallback does.
 //
 // The algorithm lives in detail::queued_core<Policy, Requests>; queued_lock is the
 // core without privileged requests, priority_lock (priority_lock.hpp) the core with
@@ -93,6 +104,7 @@
 // sizeof(queued_lock) == 4, constexpr-constructible.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -167,9 +179,20 @@ class queued_core {
       handoff | slow | parked | (Requests ? request | prio_slow | prio_held : 0u);
   // What unlock()'s check before its store looks for.
   static constexpr std::uint32_t unlock_check_flags = unlock_flags;
-  // With a policy that never sleeps, the pending owner or the head asks for the
-  // handoff after this many rounds of waiting.
-  static constexpr unsigned handoff_spins = 128;
+  // The pending owner or the head asks for the handoff after this many relax()
+  // steps of waiting (queued_default_policy's whole spin budget), or once it has slept.
+  // A policy may set its own (`static constexpr unsigned handoff_after`): longer
+  // batches for more throughput, shorter for a tighter wait.
+  static constexpr unsigned handoff_after = [] {
+    if constexpr (requires { Policy::handoff_after; }) {
+      static_assert(Policy::handoff_after > 0);
+      return unsigned{Policy::handoff_after};
+    } else {
+      return 256u;
+    }
+  }();
+  // It loads the word every 2, 4, ... up to this many steps (every step once it asked).
+  static constexpr unsigned poll_gap_max = 64;
 
   constexpr queued_core() noexcept = default;
   queued_core(const queued_core&) = delete;
@@ -534,8 +557,8 @@ class queued_core {
   // We own pending: wait until the locked byte clears and take it. Spin, then sleep
   // (flag `slow`). We never give pending up (a spurious wake, a signal, or losing the
   // free lock to a stealer would otherwise send us behind later arrivals): once past
-  // the bound (slept once, or handoff_spins rounds with a policy that never sleeps)
-  // we ask for the handoff, as the head does. The bit is ours alone: the head asks
+  // the bound (handoff_after steps, or slept once) we ask for the handoff, as the
+  // head does. The bit is ours alone: the head asks
   // only while pending is clear, and nobody takes pending while a queue exists.
   void pending_wait() noexcept {
     bounded_wait w;
@@ -637,21 +660,30 @@ class queued_core {
 
   // The bounded wait shared by the pending owner and the queue head.
   struct bounded_wait {
-    unsigned n = 0, rounds = 0;
+    unsigned n = 0, steps = 0;
     bool past_bound = false, asked = false;
   };
 
   // *,*,* -> *,*,* [+h] (the ask), or park_on_word() [+s]
-  // One step of it: once past the bound (slept once, or handoff_spins rounds with a
-  // policy that never sleeps) and `may_ask`, ask for the handoff so that from now on
-  // the lock comes to us; otherwise spin, and with a parking policy sleep (flag slow).
+  // One step of it: once past the bound (handoff_after steps, or slept once) and
+  // `may_ask`, ask for the handoff so that from now on the lock comes to us;
+  // otherwise spin, and with a parking policy sleep (flag slow).
   void wait_step(bounded_wait& w, bool may_ask) noexcept {
     if (!w.asked && w.past_bound && may_ask) {
       word_.fetch_or(handoff, std::memory_order_relaxed);
       w.asked = true;
+      w.n = 0;  // a fresh spin budget for the handoff: it comes within two sections
       return;
     }
-    if (!wait::parks && ++w.rounds >= handoff_spins) w.past_bound = true;
+    // Spaced loads: each one pulls the line from the owner, whose next store then
+    // waits for it to come back; meanwhile the owner re-takes the lock it releases.
+    unsigned gap = 1;
+    if (!w.asked && !w.past_bound) {
+      gap = std::min({2u + w.steps, poll_gap_max, handoff_after - w.steps});
+      w.past_bound = (w.steps += gap) == handoff_after;
+    }
+    for (unsigned i = 1; i < gap; ++i)
+      if (!wait::relax(w.n)) break;
     if (wait::relax(w.n)) return;
     if constexpr (wait::parks) {
       park_on_word(0, slow, w.asked);

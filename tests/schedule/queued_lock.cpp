@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // queued_lock under the deterministic scheduler: mutual exclusion through lock(),
-// lock_fifo() and try_lock(); FIFO for lock_fifo(); the bounded wait (a waiter that
-// asked for the handoff is passed by at most the bound); no lost wake-up between a
-// sleeper on the word and an unlock() racing with its going to sleep; and the next
-// owner freeing the lock while the unlock() that released it still runs. The
-// locked byte is stored on its own (store_bits), as the header does on hardware.
+// lock_fifo() and try_lock(); FIFO for lock_fifo(); the bounded wait (a waiter asks
+// for the handoff after exactly handoff_after steps, and once it has asked is passed
+// by at most the bound); no lost wake-up between a sleeper on the word and an
+// unlock() racing with its going to sleep; and the next owner freeing the lock while
+// the unlock() that released it still runs. The locked byte is stored on its own
+// (store_bits), as the header does on hardware.
 #include "hotpath/queued_lock.hpp"
 
 #include "schedule/mutant.hpp"
@@ -66,6 +67,35 @@ HOTPATH_PROPERTY(handoff_bound, {}) {
   bounded_sections(lock, 3, 3, [](spied_lock& l, unsigned) {
     l.lock();
     return false;
+  });
+}
+
+// The ask at its exact edge: a pending owner whose lock stays held asks for the
+// handoff after exactly handoff_after relax() steps, not one more or fewer (a policy
+// that never parks, so that no sleep brings the ask forward). Without the bound the
+// owner, which holds the lock until the ask, would wait forever.
+HOTPATH_PROPERTY(handoff_after, {}) {
+  using counted_lock = hotpath::basic_queued_lock<spy_policy<counting_wait<spin_wait>, mutant>>;
+  counted_lock lock;
+  bounds = {};
+  bounds.word = lock_test_access::word(lock);
+  atomic<bool> held(false);
+  run(2, [&](unsigned id) {
+    if (id == 1) {
+      lock.lock();
+      held.store(true, std::memory_order_relaxed);
+      while (!bounds.asked[2])
+        (void)spin();
+      lock.unlock();
+    } else {
+      while (!held.load(std::memory_order_relaxed))
+        (void)spin();
+      lock.lock();  // pending: the lock is held, and nobody queues
+      check(bounds.asked[2], "the pending owner got the lock without asking for it");
+      check(bounds.relaxed_at_ask[2] == counted_lock::handoff_after,
+            "the pending owner asked after another number of steps than handoff_after");
+      lock.unlock();
+    }
   });
 }
 

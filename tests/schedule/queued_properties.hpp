@@ -26,8 +26,22 @@ struct bound_book {
   std::array<bool, 8> asked{};
   bool requested = false;  // the privileged request, as asked/asked_at/allowed
   unsigned requested_at = 0, request_allowed = 0;
+  // Per thread: relax() steps taken so far (counting_wait), and when it asked.
+  std::array<unsigned, 8> relaxed{};
+  std::array<unsigned, 8> relaxed_at_ask{};
 };
 inline bound_book bounds;
+
+// A wait strategy that counts each thread's relax() steps in `bounds`.
+template <class W>
+struct counting_wait {
+  static constexpr bool parks = W::parks;
+  static bool relax(unsigned& n) noexcept {
+    ++bounds.relaxed[thread_id()];
+    return W::relax(n);
+  }
+  static void yield() noexcept { W::yield(); }
+};
 
 // sched::atomic that notes the two requests when the watched word's fetch_or makes
 // them. The moment is exact (no scheduling point between the RMW and the note); the
@@ -71,6 +85,7 @@ struct spy_atomic : atomic<T> {
         const unsigned id = thread_id();
         bounds.asked[id] = true;
         bounds.asked_at[id] = bounds.entries;
+        bounds.relaxed_at_ask[id] = bounds.relaxed[id];
         bounds.allowed[id] = held + 1;
       }
       if ((v & word_bits::request) && !(old & word_bits::request)) {

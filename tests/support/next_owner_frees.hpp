@@ -24,12 +24,14 @@ namespace hotpath::test {
 // lock is freed: the window is certain, not sampled. Any access of that unlock() to
 // the lock after its release is then a heap-use-after-free under ASan. The next owner
 // spins as the pending owner (it must not sleep: an unlock that sees a sleeper takes
-// the RMW path, which has no such window).
+// the RMW path, which has no such window; nor ask for the handoff, for the same reason).
 namespace destroy {
 inline std::atomic<bool> freed{false};
 inline std::atomic<unsigned> windows{0};  // unlock() calls held open until the free
 inline thread_local bool releaser = false;
 struct policy : basic_policy<spin_then_park<(1u << 22), 0>> {
+  // Never asks for the handoff, whose unlock() is the RMW path.
+  static constexpr unsigned handoff_after = 1u << 30;
   static void light_fence() noexcept {
     if (releaser) {
       windows.fetch_add(1, std::memory_order_relaxed);

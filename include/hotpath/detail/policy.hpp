@@ -15,9 +15,11 @@
 // heavy_fence() (detail/membarrier.hpp), current_cpu() (percpu_counter, bucket_table),
 // thread_slot() (queued_lock's name for the calling thread, instead of
 // detail/thread_slots.hpp's), local<T>() (a thread's own T:
-// detail::policy_local() below), now_ns() (the clock of RCU's batch ages) and
-// `static constexpr bool reclaimer_thread` (false: RCU starts no thread). The
-// deterministic scheduler of tests/schedule/ defines them all; basic_policy defines
+// detail::policy_local() below), now_ns() (the clock of RCU's batch ages),
+// `static constexpr bool reclaimer_thread` (false: RCU starts no thread) and
+// `static constexpr unsigned handoff_after` (queued_lock's batch bound, in relax()
+// steps). The deterministic scheduler of tests/schedule/ defines all but the last,
+// whose default it tests; basic_policy defines
 // none, so the default path is the plain calls (detail::policy_park() and friends
 // choose at compile time).
 #pragma once
