@@ -80,22 +80,30 @@
 // (lock_fifo() alone is FIFO outright).
 //
 // Batches. The pending owner and the head load the word every 2, 4, ... up to 64
-// relax() steps, not at every one: each load pulls the line from the owner, whose
-// next store must then fetch it back, and with both threads polling, two threads
-// trading the lock alternated strictly and paid a line transfer (and the data's) per
-// acquisition. Meanwhile the owner steals back the lock it releases, so sections run
-// in batches on warm lines, as under a cohort lock (Dice et al.) or CNA, with the
-// waiter's spin budget as the batch's bound.
+// relax() steps, not at every one (at every one again once past the bound). Loading
+// at every step, the waiter saw each release at once and took the lock, so two
+// threads trading it alternated strictly and moved the lock's line and the data's at
+// every acquisition. Now the owner mostly re-takes the lock it releases before the
+// waiter looks, and sections run in batches on warm lines. Cohort locks and CNA bound
+// a batch by a count of handoffs; here the waiter bounds it by how long it has waited
+// (the owner's fast path stays a byte CAS and a byte store). The cost: a lock released
+// for good while the waiter is between loads sits free until its next load, up to 64
+// steps (64 pauses, 2 us on this project's EPYC host; a pause costs 10x less on some
+// CPUs), and at 2 threads an acquisition may wait a batch.
 //
 // Bounded wait: the pending owner, or with none the head, asks for the handoff once
-// it has waited handoff_after (256) relax() steps (with queued_default_policy: its
-// whole spin budget, 256 pauses, about 7 us on this project's EPYC host) or has slept
-// and been woken, whichever comes first. It sets `handoff`; from then on the next
-// unlock() hands it the lock directly, so no thread can take it first. So a waiter
-// that has claimed pending waits at most handoff_after steps (or one sleep), then the
-// critical section in progress plus at most one more (one that began in the instant
-// between an owner's check of `handoff` and its store). Overflow waiters (no node)
-// are not fair: they take the lock whenever it is free, as the kernel's fallback does.
+// it has waited handoff_after (256) relax() steps or has slept and been woken,
+// whichever comes first. With queued_default_policy that is its 256 pauses (about
+// 7 us here), before the yields and the sleep. It sets `handoff`; from then on the
+// next unlock() hands it the lock directly, so no thread can take it first. So a
+// waiter that has claimed pending waits at most handoff_after steps (or one sleep),
+// then the critical section in progress plus at most one more ordinary one (one that
+// began in the instant between an owner's check of `handoff` and its store); with
+// priority_lock also the privileged sections requested meanwhile, which unlock()
+// serves first. The head asks only while nobody holds pending, so it waits for the
+// pending owner's bounded wait and section first, then its own. Overflow waiters (no
+// node) are not fair: they take the lock whenever it is free, as the kernel's
+// fallback does.
 //
 // The algorithm lives in detail::queued_core<Policy, Requests>; queued_lock is the
 // core without privileged requests, priority_lock (priority_lock.hpp) the core with
@@ -180,9 +188,9 @@ class queued_core {
   // What unlock()'s check before its store looks for.
   static constexpr std::uint32_t unlock_check_flags = unlock_flags;
   // The pending owner or the head asks for the handoff after this many relax()
-  // steps of waiting (queued_default_policy's whole spin budget), or once it has slept.
-  // A policy may set its own (`static constexpr unsigned handoff_after`): longer
-  // batches for more throughput, shorter for a tighter wait.
+  // steps of waiting (queued_default_policy's pauses, before its yields), or once it
+  // has slept. A policy may set its own (`static constexpr unsigned handoff_after`):
+  // longer batches for more throughput, shorter for a tighter wait.
   static constexpr unsigned handoff_after = [] {
     if constexpr (requires { Policy::handoff_after; }) {
       static_assert(Policy::handoff_after > 0);
@@ -191,7 +199,8 @@ class queued_core {
       return 256u;
     }
   }();
-  // It loads the word every 2, 4, ... up to this many steps (every step once it asked).
+  // It loads the word every 2, 4, ... up to this many steps (every step once past the
+  // bound).
   static constexpr unsigned poll_gap_max = 64;
 
   constexpr queued_core() noexcept = default;
@@ -675,16 +684,17 @@ class queued_core {
       w.n = 0;  // a fresh spin budget for the handoff: it comes within two sections
       return;
     }
-    // Spaced loads: each one pulls the line from the owner, whose next store then
-    // waits for it to come back; meanwhile the owner re-takes the lock it releases.
+    // Spaced loads (see "Batches" above): the owner re-takes the lock it releases
+    // while we do not look.
     unsigned gap = 1;
-    if (!w.asked && !w.past_bound) {
+    if (!w.past_bound) {
       gap = std::min({2u + w.steps, poll_gap_max, handoff_after - w.steps});
       w.past_bound = (w.steps += gap) == handoff_after;
     }
-    for (unsigned i = 1; i < gap; ++i)
-      if (!wait::relax(w.n)) break;
-    if (wait::relax(w.n)) return;
+    bool park_now = false;
+    for (unsigned i = 0; i < gap && !park_now; ++i)
+      park_now = !wait::relax(w.n);
+    if (!park_now) return;
     if constexpr (wait::parks) {
       park_on_word(0, slow, w.asked);
       w.past_bound = true;  // slept once

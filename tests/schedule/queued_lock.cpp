@@ -99,6 +99,45 @@ HOTPATH_PROPERTY(handoff_after, {}) {
   });
 }
 
+// The bound while the lock changes hands: the other threads take and release it in a
+// loop until the waiter (the last thread) is in, which it gets by asking or by a load
+// that finds the lock free. With two, the waiter is the pending owner: if it asks, it
+// asks at exactly its handoff_after-th step however often the owner changed. With
+// three, it may be the head or queued; every asker is passed by at most the bound
+// (entered()). (Without the bound a waiter still gets in by a lucky load:
+// handoff_after above catches queued_never_asks, this one does not.)
+template <class Lock>
+void until_the_waiter_is_in(unsigned threads) {
+  Lock lock;
+  bounds = {};
+  bounds.word = lock_test_access::word(lock);
+  atomic<bool> in(false);
+  run(threads, [&](unsigned id) {
+    if (id < threads) {
+      while (!in.load(std::memory_order_relaxed)) {
+        lock.lock();
+        entered();
+        lock.unlock();
+      }
+      return;
+    }
+    lock.lock();
+    entered();
+    in.store(true, std::memory_order_relaxed);
+    if (threads == 2 && bounds.relaxed_at_ask[id] != 0) {
+      check(bounds.relaxed_at_ask[id] == Lock::handoff_after,
+            "the pending owner asked after another number of steps than handoff_after");
+    }
+    lock.unlock();
+  });
+}
+
+HOTPATH_PROPERTY(batch_ends, {.seeds = 20000}) {
+  using counted_lock = hotpath::basic_queued_lock<spy_policy<counting_wait<spin_wait>, mutant>>;
+  until_the_waiter_is_in<counted_lock>(2);
+  until_the_waiter_is_in<counted_lock>(3);
+}
+
 // The lock's destruction by its next owner, two and three threads.
 HOTPATH_PROPERTY(next_owner_frees, {}) {
   next_owner_frees<lock_type<wait>>(2);
