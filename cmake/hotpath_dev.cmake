@@ -28,7 +28,19 @@ function(hotpath_find_or_fetch package name url tag option)
     FetchContent_MakeAvailable(${name})
   endif()
 endfunction()
-if(HOTPATH_BUILD_TESTS)
+# GoogleTest from a source tree (Debian's googletest package: /usr/src/googletest),
+# built for the target: what a cross build takes, whose root has no GTest package.
+set(HOTPATH_GTEST_SOURCE "" CACHE PATH "Build GoogleTest from these sources (a cross build)")
+if(HOTPATH_BUILD_TESTS AND HOTPATH_GTEST_SOURCE)
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory(${HOTPATH_GTEST_SOURCE} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+  foreach(lib gtest gtest_main)  # GoogleTest 1.12 and older define no GTest:: names
+    if(NOT TARGET GTest::${lib})
+      add_library(GTest::${lib} ALIAS ${lib})
+    endif()
+  endforeach()
+elseif(HOTPATH_BUILD_TESTS)
   hotpath_find_or_fetch(GTest googletest https://github.com/google/googletest.git v1.14.0
                         INSTALL_GTEST)
 endif()

@@ -41,16 +41,24 @@ inline std::set<long> thread_ids() {
 
 // Whether thread `tid` of this process is blocked in futex(2), as
 // /proc/self/task/TID/syscall says: parked, not napping in nanosleep, not running.
+// Under an emulator (qemu-user) that file numbers the build machine's system calls,
+// not ours: there the kernel function it sleeps in (wchan) names the futex instead.
 inline bool parked(long tid) {
-  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/syscall";
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return false;
-  char word[32] = {};
-  const bool read = std::fscanf(f, "%31s", word) == 1;
-  std::fclose(f);
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  auto first_word = [](const std::string& path) {
+    std::string w;
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      char word[64] = {};
+      if (std::fscanf(f, "%63s", word) == 1) w = word;
+      std::fclose(f);
+    }
+    return w;
+  };
+  const std::string word = first_word(task + "/syscall");
   char* end = nullptr;
-  const long nr = std::strtol(word, &end, 10);
-  return read && end != word && nr == SYS_futex;  // else "running", or another call
+  const long nr = std::strtol(word.c_str(), &end, 10);
+  if (end != word.c_str() && nr == SYS_futex) return true;
+  return first_word(task + "/wchan").find("futex") != std::string::npos;
 }
 
 // Waits for child `pid` to exit and returns its exit status: -1 if it died of a
