@@ -27,6 +27,7 @@ namespace hotpath::test {
 namespace {
 
 using namespace std::chrono_literals;
+using hotpath::test::eventually;
 
 struct counted {
   static inline std::atomic<long> alive{0};
@@ -35,18 +36,6 @@ struct counted {
   counted(const counted&) = delete;
   counted& operator=(const counted&) = delete;
 };
-
-// Polls `done` until it holds or `limit` passes (the limit is generous against a
-// loaded machine: a bug fails the test, it does not hang it).
-template <class F>
-bool eventually(F done, std::chrono::seconds limit = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(100us);
-  }
-  return true;
-}
 
 // A thread inside a read-side section of `d`, from construction until release(),
 // after running `inside` there.

@@ -175,14 +175,20 @@ TEST(Rcu, RetireNeverBlocksNorReclaimsInOwnSection) {
   EXPECT_EQ(tracked::alive.load(), 0);
 }
 
-// Reclamation happens without a barrier once batches fill and readers are idle.
+// Reclamation happens without a barrier once batches fill and readers are idle: by
+// later retires' polls, or by the reclaimer thread. Awaited, not read at once: the
+// reclaimer may hold a batch whose deleters it is running when the loop ends (under
+// qemu-user it was seen with one of 1280 freed, in 1 run of 10).
 TEST(Rcu, BatchesAreReclaimedByLaterRetires) {
   rcu_barrier();
   tracked::destroyed = 0;
   constexpr int n = 20 * static_cast<int>(rcu_domain::batch_size);
   for (int i = 0; i < n; ++i)
     (new tracked(i))->retire();
-  EXPECT_GE(tracked::destroyed.load(), n - 2 * static_cast<long>(rcu_domain::batch_size));
+  EXPECT_TRUE(hotpath::test::eventually([&] {
+    return tracked::destroyed.load() >= n - 2 * static_cast<long>(rcu_domain::batch_size);
+  })) << tracked::destroyed.load()
+      << " of " << n << " freed";
   rcu_barrier();
   EXPECT_EQ(tracked::alive.load(), 0);
 }

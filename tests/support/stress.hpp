@@ -31,6 +31,18 @@
 
 namespace hotpath::test {
 
+// Polls `done` until it holds or `limit` passes (the limit is generous against a
+// loaded machine: a bug fails the test, it does not hang it).
+template <class F>
+bool eventually(F done, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
 using measure::process_cpu_time;
 
 // HOTPATH_STRESS_FACTOR, read once: a positive number, 1 when unset; anything else
