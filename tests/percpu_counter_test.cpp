@@ -507,9 +507,10 @@ TEST(PercpuCounter, ReadWithinBoundSmallBatchMixedPaths) {
 TEST(PercpuCounter, WithoutRseqRegistrationFallsBack) {
   // Without rseq already (qemu-user implements none, nor can its child exec itself):
   // this process checks the portable path itself, and says so.
-  const bool here = std::getenv("HOTPATH_TEST_NO_RSEQ_CHILD") == nullptr && !rseq_available();
+  const bool child = std::getenv("HOTPATH_TEST_NO_RSEQ_CHILD") != nullptr;
+  const bool here = !child && !rseq_available();
   if (here) std::printf("rseq is not available in this process: checking the portable path here\n");
-  if (here || std::getenv("HOTPATH_TEST_NO_RSEQ_CHILD") != nullptr) {
+  if (child || here) {
     EXPECT_FALSE(rseq_available());
     EXPECT_FALSE(rseq_fast_path());
     exact_under_migration({6, paths::rseq, 8, stress_iters / 4, 500ms});

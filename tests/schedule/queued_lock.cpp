@@ -20,6 +20,15 @@ using hotpath::test::lock_test_access;
 template <class Wait>
 using lock_type = hotpath::basic_queued_lock<policy<Wait, mutant>>;
 using spied_lock = hotpath::basic_queued_lock<spy_policy<wait, mutant>>;
+// Never parks, and counts each thread's relax() steps (handoff_after, batch_ends).
+using counted_lock = hotpath::basic_queued_lock<spy_policy<counting_wait<spin_wait>, mutant>>;
+
+// If thread `id` asked for the handoff, it asked at exactly its handoff_after-th step.
+void asked_at_the_edge(unsigned id) {
+  if (bounds.relaxed_at_ask[id] != 0)
+    check(bounds.relaxed_at_ask[id] == counted_lock::handoff_after,
+          "the pending owner asked after another number of steps than handoff_after");
+}
 
 // Even rounds lock(), odd ones lock_fifo(): three threads, so the pending owner, a
 // queue head and a queued waiter all occur, and stealing beside them.
@@ -75,7 +84,6 @@ HOTPATH_PROPERTY(handoff_bound, {}) {
 // that never parks, so that no sleep brings the ask forward). Without the bound the
 // owner, which holds the lock until the ask, would wait forever.
 HOTPATH_PROPERTY(handoff_after, {}) {
-  using counted_lock = hotpath::basic_queued_lock<spy_policy<counting_wait<spin_wait>, mutant>>;
   counted_lock lock;
   bounds = {};
   bounds.word = lock_test_access::word(lock);
@@ -92,8 +100,7 @@ HOTPATH_PROPERTY(handoff_after, {}) {
         (void)spin();
       lock.lock();  // pending: the lock is held, and nobody queues
       check(bounds.asked[2], "the pending owner got the lock without asking for it");
-      check(bounds.relaxed_at_ask[2] == counted_lock::handoff_after,
-            "the pending owner asked after another number of steps than handoff_after");
+      asked_at_the_edge(2);
       lock.unlock();
     }
   });
@@ -106,9 +113,8 @@ HOTPATH_PROPERTY(handoff_after, {}) {
 // three, it may be the head or queued; every asker is passed by at most the bound
 // (entered()). (Without the bound a waiter still gets in by a lucky load:
 // handoff_after above catches queued_never_asks, this one does not.)
-template <class Lock>
 void until_the_waiter_is_in(unsigned threads) {
-  Lock lock;
+  counted_lock lock;
   bounds = {};
   bounds.word = lock_test_access::word(lock);
   atomic<bool> in(false);
@@ -124,18 +130,14 @@ void until_the_waiter_is_in(unsigned threads) {
     lock.lock();
     entered();
     in.store(true, std::memory_order_relaxed);
-    if (threads == 2 && bounds.relaxed_at_ask[id] != 0) {
-      check(bounds.relaxed_at_ask[id] == Lock::handoff_after,
-            "the pending owner asked after another number of steps than handoff_after");
-    }
+    if (threads == 2) asked_at_the_edge(id);
     lock.unlock();
   });
 }
 
 HOTPATH_PROPERTY(batch_ends, {.seeds = 20000}) {
-  using counted_lock = hotpath::basic_queued_lock<spy_policy<counting_wait<spin_wait>, mutant>>;
-  until_the_waiter_is_in<counted_lock>(2);
-  until_the_waiter_is_in<counted_lock>(3);
+  until_the_waiter_is_in(2);
+  until_the_waiter_is_in(3);
 }
 
 // The lock's destruction by its next owner, two and three threads.
