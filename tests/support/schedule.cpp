@@ -81,6 +81,8 @@ struct pending {
   std::uint64_t value;
   vclock sync;
   std::uint64_t mask = ~std::uint64_t{0};  // the bits the store writes (a byte store: 0xff)
+  bool release = false;  // a release (or seq_cst) store: lands only after every earlier one
+  unsigned epoch = 0;    // the thread's release fences before it: lands after every earlier one
 };
 
 enum class status { runnable, blocked, finished };
@@ -183,6 +185,7 @@ struct thread_state {
   vclock fence_rel{};    // vc at the last release fence: what a relaxed store carries
   vclock acq_pending{};  // clocks read by relaxed loads: an acquire fence takes them
   std::deque<pending> buffer;
+  unsigned fence_epoch = 0;  // release fences so far (pending::epoch)
   status st = status::runnable;
   bool spinning = false;
   const location* park_loc = nullptr;
@@ -204,6 +207,7 @@ struct params {
   unsigned spurious = 0;   // % of points that wake a sleeper spuriously
   unsigned weak_fail = 0;  // % of weak CASes that fail spuriously
   bool membarrier = true;  // the fence pair's implementation
+  bool weak = false;       // stores land out of order where C++ allows it (flush_one())
 };
 
 struct world {
@@ -234,6 +238,7 @@ struct world {
   bool expect_caught = false;
   unsigned seed_index = 0;
   unsigned seed_budget = 0;
+  int stores = -1;  // HOTPATH_SCHEDULE_STORES: -1 per seed, 0 TSO, 1 weak
 };
 world& the() {
   static world* const w = new world;  // never destroyed: threads may outlive main
@@ -286,16 +291,53 @@ void mix(std::uint64_t v) noexcept {
   w.hash = (w.hash ^ v) * 0x100000001b3ull;
 }
 
-void flush_one(thread_state& t) noexcept {
-  mix(100 + t.id);
-  pending e = t.buffer.front();
-  t.buffer.pop_front();
-  trace(t, "drain L%u = %" PRIu64, name_of(e.loc), e.value);
+// May the buffer's i-th store land before the older ones? TSO: only the oldest may.
+// Weak: any store no older one must precede: one to the same word (coherence), one
+// before a release fence that precedes it, or any at all if it is a release store. So
+// a relaxed store passes earlier stores and release stores (roach motel), and an
+// acquire or relaxed RMW (which drains only the stores to its own word) passes them too.
+bool may_land(const thread_state& t, std::size_t i) noexcept {
+  const pending& e = t.buffer[i];
+  if (i == 0) return true;
+  if (!the().p.weak || e.release || t.buffer.front().epoch != e.epoch) return false;
+  for (std::size_t j = 0; j < i; ++j)
+    if (t.buffer[j].loc == e.loc) return false;
+  return true;
+}
+
+// Drains the oldest store of t's buffer (TSO), or, in the weak mode, a random one of
+// those that may land first.
+void land(thread_state& t, std::size_t i) noexcept {
+  mix(100 + t.id + 1000 * i);
+  const pending e = t.buffer[i];
+  t.buffer.erase(t.buffer.begin() + static_cast<std::ptrdiff_t>(i));
+  trace(t, "drain L%u = %" PRIu64 "%s", name_of(e.loc), e.value, i != 0 ? " (out of order)" : "");
   write_memory(*e.loc, (e.loc->memory_ & ~e.mask) | (e.value & e.mask), e.sync);
+}
+void flush_one(thread_state& t) noexcept {
+  world& w = the();
+  std::size_t i = 0;
+  if (w.p.weak && t.buffer.size() > 1) {
+    std::size_t can[64];
+    unsigned n = 0;
+    for (std::size_t k = 0; k < t.buffer.size() && n < 64; ++k)
+      if (may_land(t, k)) can[n++] = k;
+    i = can[w.r.below(n)];
+  }
+  land(t, i);
 }
 void flush_all(thread_state& t) noexcept {
   while (!t.buffer.empty())
-    flush_one(t);
+    land(t, 0);
+}
+// Drains the stores to l and every older one (more than the weak mode needs: it keeps
+// the model simple, and what it forbids is a subset of what C++ allows).
+void flush_to(thread_state& t, const location& l) noexcept {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < t.buffer.size(); ++k)
+    if (t.buffer[k].loc == &l) n = k + 1;
+  while (n-- > 0)
+    land(t, 0);
 }
 // Drains the oldest store of a random non-empty buffer; false if all are empty.
 bool flush_random() noexcept {
@@ -531,7 +573,7 @@ void location::store_bits(std::uint64_t mask, std::uint64_t v, std::memory_order
   const vclock s = is_release(o) ? me.vc : me.fence_rel;
   trace(me, "store L%u %s = %" PRIu64 " (mask %" PRIx64 ")", name_of(this), order_name(o), v, mask);
   if (scheduled(me)) {
-    me.buffer.push_back({this, v, s, mask});
+    me.buffer.push_back({this, v, s, mask, is_release(o), me.fence_epoch});
   } else {
     write_memory(*this, (memory_ & ~mask) | (v & mask), s);
   }
@@ -544,8 +586,17 @@ std::uint64_t location::rmw(std::memory_order success, std::memory_order failure
   thread_state& me = self();
   point(me);
   check_alive("modifies");
-  flush_all(me);  // a locked instruction drains the store buffer
+  // x86's locked instruction drains the store buffer. Weaker (ARM's ldaxr/stlxr, C++):
+  // only a release RMW waits for the earlier stores; the others see their own word's.
   world& w = the();
+  if (!w.p.weak || is_release(success)) {
+    flush_all(me);
+  } else {
+    // What precedes a release fence lands before any later store, this one too.
+    while (!me.buffer.empty() && me.buffer.front().epoch != me.fence_epoch)
+      land(me, 0);
+    flush_to(me, *this);
+  }
   const std::uint64_t old = memory_;
   const vclock cur = sync_of(*this);
   std::uint64_t next = old;
@@ -580,6 +631,7 @@ void fence(std::memory_order o) noexcept {
   if (is_release(o)) {
     me.fence_rel = me.vc;
     ++me.vc[me.id];
+    ++me.fence_epoch;  // later stores land after the earlier ones (may_land())
   }
   if (o == std::memory_order_seq_cst) flush_all(me);
 }
@@ -811,9 +863,9 @@ void setup(const std::function<void()>& f) {
   std::fprintf(stderr,
                "[schedule] %s: seed %" PRIu64 " FAILED at step %" PRIu64
                " (preempt %u%%, drain %u%%, park %u%%, spurious %u%%, weak-CAS fail %u%%, "
-               "fences: %s)\n  %s\n%s",
+               "fences: %s, stores: %s)\n  %s\n%s",
                w.property, w.seed, w.steps, p.preempt, p.flush, p.park, p.spurious, p.weak_fail,
-               p.membarrier ? "membarrier" : "seq_cst fences", why.c_str(),
+               p.membarrier ? "membarrier" : "seq_cst fences", p.weak ? "weak" : "TSO", why.c_str(),
                w.active ? describe_threads().c_str() : "");
   std::fprintf(stderr,
                "  rerun: HOTPATH_SCHEDULE_SEED=%" PRIu64
@@ -850,6 +902,8 @@ void begin_seed(std::uint64_t seed, const options& o) {
   p.spurious = w.r.below(3) == 0 ? 1 : 0;
   p.weak_fail = w.r.below(2) == 0 ? 10 : 0;
   p.membarrier = w.r.below(2) == 0;
+  p.weak = w.r.below(2) == 0;
+  if (w.stores >= 0) p.weak = w.stores != 0;
 }
 
 void end_seed() {
@@ -870,6 +924,8 @@ int usage(const char* argv0) {
                "  HOTPATH_SCHEDULE_SEED=N    run seed N only (as a failure report prints it)\n"
                "  HOTPATH_SCHEDULE_SEEDS=N   seeds per property (default: the property's)\n"
                "  HOTPATH_SCHEDULE_TRACE=1   print every step of every run\n"
+               "  HOTPATH_SCHEDULE_STORES=tso|weak  every seed in that memory model (default:\n"
+               "                             chosen per seed)\n"
                "  --expect-caught            a mutant build: succeed iff a property fails\n"
                "  --hashes                   print a hash of each run's schedule\n",
                argv0);
@@ -906,6 +962,10 @@ int main(int argc, char** argv) {
     }
   }
   w.trace = env_number("HOTPATH_SCHEDULE_TRACE", 0) != 0;
+  if (const char* m = std::getenv("HOTPATH_SCHEDULE_STORES"); m != nullptr && *m != '\0') {
+    if (std::strcmp(m, "tso") != 0 && std::strcmp(m, "weak") != 0) return usage(argv[0]);
+    w.stores = std::strcmp(m, "weak") == 0 ? 1 : 0;
+  }
   const std::uint64_t single = env_number("HOTPATH_SCHEDULE_SEED", 0);
   bool any = false;
   for (const property& p : registry()) {

@@ -18,13 +18,25 @@
 // - Interleavings: any thread at any scheduling point; per seed, how often the
 //   scheduler preempts (from every point to rarely), so both fine interleavings and
 //   long runs of one thread are explored.
-// - A store buffer per thread (TSO, as x86): a store, relaxed, release or seq_cst,
-//   whole or of some bits (store_bits: a byte store into a word), goes into the
-//   storing thread's FIFO buffer; the thread's own loads see it at once,
-//   other threads only once it is flushed to memory. The scheduler flushes the oldest
-//   entry of a random buffer at random points; an RMW (any order), a seq_cst store,
-//   a seq_cst fence, park and wake-up (system calls) flush the caller's buffer. So a
-//   missing store-load fence (Dekker, sleeper/waker) fails here on any hardware.
+// - A store buffer per thread: a store, relaxed, release or seq_cst, whole or of
+//   some bits (store_bits: a byte store into a word), goes into the storing thread's
+//   buffer; the thread's own loads see it at once, other threads only once it drains
+//   to memory. The scheduler drains a store of a random buffer at random points; a
+//   seq_cst store, a seq_cst fence, park and wake-up (system calls) drain the
+//   caller's whole buffer. So a missing store-load fence (Dekker, sleeper/waker)
+//   fails here on any hardware. Two memory models, chosen per seed (or for every
+//   seed by HOTPATH_SCHEDULE_STORES=tso|weak):
+//   - TSO, as x86: the buffer is FIFO, and an RMW of any order drains it.
+//   - Weak, as the C++ model and arm64 allow: a store may land before older ones
+//     unless one of them is to the same word (coherence), or a release fence lies
+//     between them, or it is itself a release store (which lands last of all). So a
+//     relaxed store passes earlier relaxed and release stores (roach motel: later
+//     accesses move up past a release, earlier ones never down), and a publication
+//     made relaxed can be seen before what it publishes. An RMW drains the buffer
+//     only if it is a release; an acquire or relaxed one drains the stores to its own
+//     word (and those older), and its own write lands at once, before stores still
+//     buffered: so a handoff store into a word can be overwritten by the receiver's
+//     own earlier initialisation of that word, which had not landed yet.
 // - The asymmetric fence pair (detail/membarrier.hpp), chosen per seed: with
 //   membarrier, light_fence() is a compiler barrier (nothing here) and heavy_fence()
 //   flushes every thread's buffer; without it, both are seq_cst fences.
@@ -49,12 +61,12 @@
 // - Migration: policy::current_cpu() returns a random cpu of two at every call.
 //
 // What is not modelled: load buffering (a load reordered after a later store),
-// non-FIFO store buffers (a store overtaking an earlier one, as on ARM or POWER),
-// IRIW / non-multi-copy-atomic stores, out-of-thin-air values, a relaxed load reading
-// an older value than memory holds (beyond the buffers above), compiler reordering,
-// and std::mutex (the primitives' own mutexes are real: no body may block on one while
-// another thread holds it). Values are TSO: an acquire or release made relaxed changes
-// no value here, only happens-before, so it is caught through sched::data<T>.
+// loads reordered with each other, IRIW / non-multi-copy-atomic stores,
+// out-of-thin-air values, a relaxed load reading an older value than memory holds
+// (beyond the buffers above), compiler reordering, and std::mutex (the primitives'
+// own mutexes are real: no body may block on one while another thread holds it). So
+// an acquire made relaxed changes no value here, only happens-before, and is caught
+// through sched::data<T>; a release made relaxed, through both.
 //
 // Determinism needs every shared access of the bodies to go through sched::atomic,
 // sched::data or plain variables touched only in the scheduled threads. Bodies must
