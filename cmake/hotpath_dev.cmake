@@ -63,3 +63,7 @@ elseif(HOTPATH_BUILD_EXAMPLES)
                       "Install it with scripts/setup (Debian and Ubuntu: libpcap-dev), or build "
                       "without the examples: -DHOTPATH_BUILD_EXAMPLES=OFF.")
 endif()
+
+# How a cross build runs the target's programs from a script (the scripts split it
+# back at `|`); empty on a native build.
+string(REPLACE ";" "|" hotpath_emulator "${CMAKE_CROSSCOMPILING_EMULATOR}")

@@ -45,8 +45,10 @@ struct outcome {
 
 outcome run_program(const std::string& args, const temp_dir& tmp) {
   std::string err_file = tmp / "stderr.txt";
-  std::string cmd = std::string("'") + HOTPATH_DEFRAG_PROGRAM + "' " + args + " >'" +
-                    (tmp / "stdout.txt") + "' 2>'" + err_file + "'";
+  // Through the emulator that runs the build's programs, if any (a cross build: the
+  // shell cannot exec the target's binary itself).
+  std::string cmd = std::string(HOTPATH_DEFRAG_RUNNER) + " '" + HOTPATH_DEFRAG_PROGRAM + "' " +
+                    args + " >'" + (tmp / "stdout.txt") + "' 2>'" + err_file + "'";
   int rc = std::system(cmd.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_text(err_file)};
 }
