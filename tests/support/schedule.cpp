@@ -467,8 +467,11 @@ void finish(thread_state& me) {
   changed();
   thread_state* next = pick(me);
   if (next == nullptr) {
-    for (auto& t : w.threads)
-      flush_all(*t);
+    // What is still buffered lands as it would have meanwhile: in any order the
+    // model allows, not thread by thread (which would hide a late store of one
+    // thread landing over another's).
+    while (flush_random()) {
+    }
     w.current = nullptr;
 #if HOTPATH_SCHEDULE_FIBERS
     tls_self = nullptr;

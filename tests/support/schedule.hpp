@@ -37,6 +37,7 @@
 //     word (and those older), and its own write lands at once, before stores still
 //     buffered: so a handoff store into a word can be overwritten by the receiver's
 //     own earlier initialisation of that word, which had not landed yet.
+//   tests/schedule/model.cpp checks what each model admits and forbids (litmus).
 // - The asymmetric fence pair (detail/membarrier.hpp), chosen per seed: with
 //   membarrier, light_fence() is a compiler barrier (nothing here) and heavy_fence()
 //   flushes every thread's buffer; without it, both are seq_cst fences.

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// Litmus tests of the schedule model itself (tests/support/schedule.hpp): what each
+// store model admits and what it forbids. Each property fails (sched::fail) when it
+// observes its outcome; tests/CMakeLists.txt runs it with every seed in one model and
+// expects either a failure (--expect-caught: the model admits the outcome) or none
+// (the model forbids it, over 100,000 seeds).
+#include <atomic>
+
+#include "support/schedule.hpp"
+
+namespace {
+
+using namespace hotpath::test::sched;
+constexpr auto relaxed = std::memory_order_relaxed;
+
+// Message passing: a writer stores the data, then the flag (`publish` order); a reader
+// that sees the flag must see the data. Relaxed, the weak model admits the stale data
+// (the flag's store lands first); TSO never does.
+void message_passing(std::memory_order publish, bool fence) {
+  atomic<int> data{0}, flag{0};
+  run({[&] {
+         data.store(1, relaxed);
+         if (fence) hotpath::test::sched::fence(std::memory_order_release);
+         flag.store(1, publish);
+       },
+       [&] {
+         if (flag.load(std::memory_order_acquire) == 1 && data.load(relaxed) == 0)
+           fail("saw the flag before the data it publishes");
+       }});
+}
+
+HOTPATH_PROPERTY(mp_relaxed, {}) {
+  message_passing(relaxed, false);
+}
+HOTPATH_PROPERTY(mp_release, {}) {
+  message_passing(std::memory_order_release, false);
+}
+HOTPATH_PROPERTY(mp_release_fence, {}) {
+  message_passing(relaxed, true);
+}
+
+// The same with an RMW as the flag: a relaxed or acquire RMW does not wait for the
+// stores before it in the weak model (x86's locked instruction does); a release one does.
+void rmw_passing(std::memory_order publish) {
+  atomic<int> data{0}, flag{0};
+  run({[&] {
+         data.store(1, relaxed);
+         flag.fetch_add(1, publish);
+       },
+       [&] {
+         if (flag.load(std::memory_order_acquire) == 1 && data.load(relaxed) == 0)
+           fail("saw the RMW before the store that precedes it");
+       }});
+}
+
+HOTPATH_PROPERTY(rmw_acquire, {}) {
+  rmw_passing(std::memory_order_acquire);
+}
+HOTPATH_PROPERTY(rmw_release, {}) {
+  rmw_passing(std::memory_order_release);
+}
+
+// Coherence: two relaxed stores to one word are seen in their order by everyone, and
+// a word's own older store never lands over the RMW that follows it: forbidden in
+// both models.
+HOTPATH_PROPERTY(coherence, {}) {
+  atomic<int> x{0}, y{0};
+  run({[&] {
+         x.store(1, relaxed);
+         x.store(2, relaxed);
+         y.store(1, relaxed);
+         y.fetch_add(1, relaxed);
+       },
+       [&] {
+         const int a = x.load(relaxed);
+         const int b = x.load(relaxed);
+         if (a == 2 && b == 1) fail("saw x's stores out of their order");
+         const int c = y.load(relaxed);
+         const int d = y.load(relaxed);
+         if (c == 2 && d == 1) fail("y's older store landed over its RMW");
+       }});
+  check(x.load(relaxed) == 2 && y.load(relaxed) == 2, "last stores win");
+}
+
+// A handoff lost: the owner initialises its word and publishes that it has (`publish`
+// order); a receiver that sees the publication hands over by writing into the word.
+// The weak model admits the initialisation landing after the handoff, which then is
+// lost (what a queue lock's release publish of its node prevents); TSO does not.
+void handoff(std::memory_order publish) {
+  atomic<int> word{-1}, published{0};
+  bool handed = false;  // plain: touched by the receiver only, read after run()
+  run({[&] {
+         word.store(0, relaxed);
+         published.store(1, publish);
+       },
+       [&] {
+         if (published.load(std::memory_order_acquire) == 1) {
+           word.store(1, relaxed);
+           handed = true;
+         }
+       }});
+  if (handed && word.load(relaxed) != 1) fail("the handoff was overwritten by the initialisation");
+}
+
+HOTPATH_PROPERTY(handoff_relaxed, {}) {
+  handoff(relaxed);
+}
+HOTPATH_PROPERTY(handoff_release, {}) {
+  handoff(std::memory_order_release);
+}
+
+}  // namespace
