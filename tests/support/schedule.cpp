@@ -339,7 +339,7 @@ void flush_to(thread_state& t, const location& l) noexcept {
   while (n-- > 0)
     land(t, 0);
 }
-// Drains the oldest store of a random non-empty buffer; false if all are empty.
+// Drains a store of a random non-empty buffer (flush_one()); false if all are empty.
 bool flush_random() noexcept {
   world& w = the();
   thread_state* with[max_threads];

@@ -29,11 +29,12 @@
 //   - TSO, as x86: the buffer is FIFO, and an RMW of any order drains it.
 //   - Weak, as the C++ model and arm64 allow: a store may land before older ones
 //     unless one of them is to the same word (coherence), or a release fence lies
-//     between them, or it is itself a release store (which lands last of all). So a
-//     relaxed store passes earlier relaxed and release stores (roach motel: later
-//     accesses move up past a release, earlier ones never down), and a publication
-//     made relaxed can be seen before what it publishes. An RMW drains the buffer
-//     only if it is a release; an acquire or relaxed one drains the stores to its own
+//     between them, or it is itself a release store (which lands only once every
+//     older one has). So a relaxed store passes earlier relaxed and release stores
+//     (roach motel: later accesses move up past a release, earlier ones never down),
+//     and a publication made relaxed can be seen before what it publishes. An RMW
+//     drains the buffer only if it is a release; an acquire or relaxed one drains
+//     the stores before its thread's last release fence and the stores to its own
 //     word (and those older), and its own write lands at once, before stores still
 //     buffered: so a handoff store into a word can be overwritten by the receiver's
 //     own earlier initialisation of that word, which had not landed yet.
