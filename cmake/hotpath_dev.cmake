@@ -60,8 +60,9 @@ if(HOTPATH_PCAP_INCLUDE_DIR AND HOTPATH_PCAP_LIBRARY)
   target_link_libraries(hotpath_pcap INTERFACE ${HOTPATH_PCAP_LIBRARY})
 elseif(HOTPATH_BUILD_EXAMPLES)
   message(FATAL_ERROR "libpcap not found: hotpath-defrag (an example, and the main job) needs it.\n"
-                      "Install it with scripts/setup (Debian and Ubuntu: libpcap-dev), or build "
-                      "without the examples: -DHOTPATH_BUILD_EXAMPLES=OFF.")
+                      "Install it with scripts/setup (Debian and Ubuntu: libpcap-dev; the aarch64 "
+                      "preset: scripts/setup ci, libpcap-dev:arm64), or build without the "
+                      "examples: -DHOTPATH_BUILD_EXAMPLES=OFF.")
 endif()
 
 # How a cross build runs the target's programs from a script (the scripts split it
