@@ -13,59 +13,50 @@ namespace {
 using namespace hotpath::test::sched;
 constexpr auto relaxed = std::memory_order_relaxed;
 
-// Message passing: a writer stores the data, then the flag (`publish` order); a reader
-// that sees the flag must see the data. Relaxed, the weak model admits the stale data
-// (the flag's store lands first); TSO never does.
-void message_passing(std::memory_order publish, bool fence) {
+// Message passing: a writer stores the data, then publishes it through a flag (after a
+// release fence if `fence`); a reader that sees the flag must see the data. With a
+// store (mp_*): relaxed, the weak model admits the stale data (the flag's store lands
+// first); TSO never does. With an RMW (rmw_*): a relaxed or acquire RMW does not wait
+// for the stores before it in the weak model (x86's locked instruction does); a
+// release one does, and so does any RMW after a release fence.
+void message_passing(std::memory_order publish, bool fence, bool rmw) {
   atomic<int> data{0}, flag{0};
   run({[&] {
          data.store(1, relaxed);
          if (fence) hotpath::test::sched::fence(std::memory_order_release);
-         flag.store(1, publish);
+         if (rmw) {
+           flag.fetch_add(1, publish);
+         } else {
+           flag.store(1, publish);
+         }
        },
        [&] {
          if (flag.load(std::memory_order_acquire) == 1 && data.load(relaxed) == 0)
-           fail("saw the flag before the data it publishes");
+           fail(rmw ? "saw the RMW before the store that precedes it"
+                    : "saw the flag before the data it publishes");
        }});
 }
 
 HOTPATH_PROPERTY(mp_relaxed, {}) {
-  message_passing(relaxed, false);
+  message_passing(relaxed, false, false);
 }
 HOTPATH_PROPERTY(mp_release, {}) {
-  message_passing(std::memory_order_release, false);
+  message_passing(std::memory_order_release, false, false);
 }
 HOTPATH_PROPERTY(mp_release_fence, {}) {
-  message_passing(relaxed, true);
+  message_passing(relaxed, true, false);
 }
-
-// The same with an RMW as the flag: a relaxed or acquire RMW does not wait for the
-// stores before it in the weak model (x86's locked instruction does); a release one
-// does, and so does any RMW after a release fence.
-void rmw_passing(std::memory_order publish, bool fence = false) {
-  atomic<int> data{0}, flag{0};
-  run({[&] {
-         data.store(1, relaxed);
-         if (fence) hotpath::test::sched::fence(std::memory_order_release);
-         flag.fetch_add(1, publish);
-       },
-       [&] {
-         if (flag.load(std::memory_order_acquire) == 1 && data.load(relaxed) == 0)
-           fail("saw the RMW before the store that precedes it");
-       }});
-}
-
 HOTPATH_PROPERTY(rmw_relaxed, {}) {
-  rmw_passing(relaxed);
+  message_passing(relaxed, false, true);
 }
 HOTPATH_PROPERTY(rmw_acquire, {}) {
-  rmw_passing(std::memory_order_acquire);
+  message_passing(std::memory_order_acquire, false, true);
 }
 HOTPATH_PROPERTY(rmw_release_fence, {}) {
-  rmw_passing(relaxed, true);
+  message_passing(relaxed, true, true);
 }
 HOTPATH_PROPERTY(rmw_release, {}) {
-  rmw_passing(std::memory_order_release);
+  message_passing(std::memory_order_release, false, true);
 }
 
 // Coherence: two relaxed stores to one word are seen in their order by everyone, and

@@ -305,8 +305,7 @@ bool may_land(const thread_state& t, std::size_t i) noexcept {
   return true;
 }
 
-// Drains the oldest store of t's buffer (TSO), or, in the weak mode, a random one of
-// those that may land first.
+// The buffer's i-th store lands in memory.
 void land(thread_state& t, std::size_t i) noexcept {
   mix(100 + t.id + 1000 * i);
   const pending e = t.buffer[i];
@@ -314,6 +313,8 @@ void land(thread_state& t, std::size_t i) noexcept {
   trace(t, "drain L%u = %" PRIu64 "%s", name_of(e.loc), e.value, i != 0 ? " (out of order)" : "");
   write_memory(*e.loc, (e.loc->memory_ & ~e.mask) | (e.value & e.mask), e.sync);
 }
+// Drains the oldest store of t's buffer (TSO), or, in the weak mode, a random one of
+// those that may land first.
 void flush_one(thread_state& t) noexcept {
   world& w = the();
   std::size_t i = 0;
