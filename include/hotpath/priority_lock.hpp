@@ -2,7 +2,7 @@
 // priority_lock: a queued_lock for ordinary threads, plus lock_priority() for one
 // privileged thread (a qdisc's dequeuer) that jumps ahead of every ordinary waiter.
 //
-// One 32-bit word, queued_lock's (queued_lock.hpp has the full layout), with three
+// One 32-bit word, queued_lock's (detail/queued_core.hpp has the full layout), with three
 // more bits in its flag byte:
 //   bit 12  request    the privileged thread has asked; no ordinary thread may take
 //                      the lock, and the owner's unlock() hands it over
@@ -10,7 +10,7 @@
 //   bit 14  prio_held  the privileged thread holds the lock
 //   bit 15  ceded      ... lent to it by an ordinary owner's cede(), to be returned
 //
-// Transitions, in queued_lock.hpp's notation (tail,pending,locked [flags]; r request,
+// Transitions, in detail/queued_core.hpp's notation (tail,pending,locked [flags]; r request,
 // rs prio_slow, ph prio_held, c ceded, h handoff, s slow, p parked):
 //
 //   *,*,* -> *,*,* [+r]                 lock_priority() publishes (lock_request)
