@@ -1,4 +1,4 @@
 # A retire never finds the backlog over its byte limit.
-set(header hotpath/rcu.hpp)
+set(header hotpath/detail/rcu_reclaim.hpp)
 set(old_1 [==[bytes > limit - std::min(held, limit)]==])
 set(new_1 [==[bytes > limit - std::min(held, limit) && false]==])
