@@ -54,56 +54,14 @@
 // read and move from the entry (they get an entry_view). Entries removed by erase(),
 // clear() or the destructor raise no event.
 //
-// Eviction policy and guarantee. A positive charge that finds no room in the budget
-// (see "Budget bound" below), neither on its cpu nor in the pool, evicts:
-// it samples k = eviction_samples distinct random non-empty buckets (at most
-// eviction_probes probes, 8k by default), removes every expired entry there, and if
-// there was none, the least recently touched entry of those buckets, then tries again
-// (at most eviction_attempts times). It does so without walking every sampled bucket:
-// each bucket keeps two hints, written under its lock and read without it, that never
-// exceed the least last_used and the least deadline of its entries (exact after a
-// walk of its whole chain). Sampling reads only the hints; then, each under its lock,
-// it expires the sampled buckets whose deadline hint has come, and walks the others
-// in order of their last_used hint until the next hint is no older than the oldest
-// entry found: none left unwalked can hold an older one. (Under a flood of entries
-// created and not touched again the hints are exact, and it walks one bucket.) Locks
-// are taken with try_lock only, since it may hold the lock of the bucket it is
-// visiting; a sampled bucket found busy is being visited, so fresh, and another is
-// sampled in its place. It never evicts the entry being visited. So an insertion
-// never fails while sampled buckets hold entries, stale entries (expired, or old) go
-// before fresh ones, and no flood of new keys locks out live traffic: under a flood,
-// the victim is the oldest of the entries of k random buckets (as they were when
-// their hints were read). A live entry last touched at time t is evicted only if every
-// sampled bucket holds nothing older: if a fraction q of the occupied buckets hold
-// only entries touched after t, one eviction removes an entry touched after t with
-// probability at most q^k (with k = 8: 0.4% for q = 1/2, 43% for q = 0.9). To evict
-// live entries reliably, an attacker must keep nearly the whole budget fresher than
-// they are, that is, refresh about the whole budget within the lifetime of a live
-// entry (a few ms for a datagram's fragments); a flood of entries that are created
-// and then left alone evicts only its own oldest.
-//
-// Shares. With shares = n > 1, an eviction for a charge made while visiting an entry
-// of share q (options), whose entries hold at least three quarters of its part of the
-// budget (3 budget / 4n bytes), samples share q only (then as above: expired first,
-// else the oldest; at most 8 probes a bucket of the share); if that evicts nothing
-// (its entries busy, or only the visited one), the same attempt samples the whole
-// table. A share holding less samples the whole table. A caller whose threads each
-// own a share (its hash places each one's entries there, as RSS and RPS place flows on
-// cores) then evicts what its own thread wrote, in its own cpu's cache: at two workers
-// under a flood, sampling the whole table read at each eviction lines the other core
-// had just written (two workers were half as fast as one), and even one sample in
-// eight drawn anywhere cost most of the gain (docs/bucket_table.md). What it
-// guarantees: the guarantee above within each share holding its three quarters; the
-// entries of a share holding less are never taken by another share's evictions within
-// itself, only by samples of the whole table, by age, as without shares. It reserves
-// nothing: per-core tables (DPDK) keep budget / n for each core whatever the others
-// do. The price: entries parked in other shares (old, never touched again) are not
-// evicted for a share holding its three quarters, which evicts its own oldest instead,
-// until they expire or their own share's charges evict them. (At half its part, the
-// busiest shares of live entries beside a one-share flood passed it and evicted their
-// own live entries.) Each share's bytes are counted (a relaxed add on the share's own
-// line per charge and per removal); they decide only which buckets are sampled, never
-// the budget bound.
+// Eviction. Over budget, a charge evicts instead of refusing: it samples a few
+// random non-empty buckets (eviction_samples, 8 by default), removes what has
+// expired there, else the least recently touched entry among them. So stale entries
+// go before fresh ones, and a flood of new keys evicts its own oldest: a live entry
+// touched at t is evicted only if every sample holds nothing older (probability q^8
+// when a fraction q of the buckets hold only entries fresher than t). With shares,
+// a share holding its part of the budget evicts within itself first.
+// detail/table_eviction.hpp states the policy and its guarantees in full.
 //
 // Budget bound: exact, at any instant and any thread count: the bytes held by linked
 // entries never exceed the budget (detail/table_budget.hpp says how). charged() is the
@@ -141,6 +99,7 @@
 #include "hotpath/detail/config.hpp"
 #include "hotpath/detail/policy.hpp"
 #include "hotpath/detail/table_budget.hpp"
+#include "hotpath/detail/table_sampler.hpp"
 #include "hotpath/keyed_hash.hpp"
 #include "hotpath/percpu.hpp"
 #include "hotpath/percpu_counter.hpp"
@@ -151,7 +110,7 @@ namespace hotpath {
 struct bucket_table_options {
   // Fixed for the table's life, rounded up to a power of two.
   std::size_t buckets = 1024;
-  // The high threshold in bytes: charged() stays at or below it (header comment).
+  // The high threshold in bytes: charged() stays at or below it (the header's opening).
   std::int64_t budget = std::int64_t{4} << 20;
   // A new entry's deadline is now + ttl (saturating); the default never expires.
   std::int64_t ttl = std::numeric_limits<std::int64_t>::max();
@@ -173,28 +132,12 @@ struct bucket_table_options {
   // [q B / n, (q + 1) B / n) of the B, for a Hash that places each caller's entries
   // (a worker's, a receive queue's) in a share of its own. A charge for an entry of a
   // share holding at least three quarters of its part of the budget evicts within that
-  // share, whose buckets are in its own cpu's cache (header comment, "Shares"). 1:
+  // share, whose buckets are in its own cpu's cache (detail/table_eviction.hpp, "Shares"). 1:
   // every eviction samples the whole table.
   std::size_t shares = 1;
 };
 
 namespace detail {
-// i * size / 2^bits for i < 2^bits (a random index scaled to a range), without a
-// division and without overflow.
-inline std::size_t scale(std::size_t i, std::size_t size, unsigned bits) noexcept {
-  __extension__ using wide = unsigned __int128;  // GCC and clang; __extension__: -Wpedantic
-  return static_cast<std::size_t>((static_cast<wide>(i) * size) >> bits);
-}
-// A per-thread splitmix64 stream for eviction sampling.
-inline std::uint64_t sample_random() noexcept {
-  thread_local std::uint64_t state =
-      reinterpret_cast<std::uintptr_t>(&state) * 0x9e3779b97f4a7c15ull ^
-      static_cast<std::uint64_t>(std::hash<const void*>{}(&state));
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 template <class R>
 using visit_result_t = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
 }  // namespace detail
@@ -505,38 +448,23 @@ class bucket_table {
     set_hints(b, oldest, due);
   }
 
-  // Holding b's lock: unlinks every entry whose deadline has come (except keep),
-  // uncharges it and puts it on rl; makes b's hints exact. Returns the least recently
-  // touched entry left other than keep (null if none). With freed, the bytes go into
-  // the caller's hands instead (an eviction's: try_charge()).
-  node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
-                     std::int64_t* freed = nullptr) noexcept {
-    node* prev = nullptr;
+  // Chain walks that expire what is due on the way (detail/table_eviction.hpp).
+  struct chain_walk {
+    node* stopped = nullptr;  // the entry stop() chose
     node* lru = nullptr;
     std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
-    std::int64_t due = oldest;
-    for (node* n = b.head.load(std::memory_order_relaxed); n;) {
-      node* next = n->next;
-      if (n != keep && n->deadline <= now) {
-        unlink(b, prev, n);
-        uncharge(n, freed);
-        reclaim_lists::push(rl.expired, n);
-      } else {
-        prev = n;
-        if (n != keep && (!lru || n->last_used < lru->last_used)) lru = n;
-        oldest = std::min(oldest, n->last_used);
-        due = std::min(due, n->deadline);
-      }
-      n = next;
-    }
-    set_hints(b, oldest, due);
-    return lru;
-  }
+    std::int64_t due = std::numeric_limits<std::int64_t>::max();
+  };
+  template <class Stop>
+  chain_walk walk_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
+                        std::int64_t* freed, Stop stop) noexcept;
+  node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
+                     std::int64_t* freed = nullptr) noexcept;
 
   // Adds delta to the bytes of n's share (with shares).
   void count_share(const node* n, std::int64_t delta) noexcept {
     if (!shares_ || delta == 0) return;
-    // Relaxed: the count only steers sampling (header comment, "Shares").
+    // Relaxed: the count only steers sampling (detail/table_eviction.hpp, "Shares").
     shares_[share_of(static_cast<std::size_t>(n->hash) & mask_)].bytes.fetch_add(
         delta, std::memory_order_relaxed);
   }
@@ -591,202 +519,15 @@ class bucket_table {
     delete n;
   }
 
-  // Bucket indices for eviction sampling: a policy's random() per index; else
-  // index_bits at a time from each 64-bit draw of the thread's generator.
-  class random_indices {
-   public:
-    explicit random_indices(unsigned index_bits) noexcept : bits_(index_bits) {}
-    std::size_t next() noexcept {
-      if constexpr (requires { Policy::random(); }) {
-        return static_cast<std::size_t>(Policy::random());
-      } else {
-        if (left_ < bits_) {
-          r_ = detail::sample_random();
-          left_ = 64;
-        }
-        const auto i = static_cast<std::size_t>(r_);
-        r_ >>= bits_;  // bits_ < 64: the table has 2^bits_ buckets
-        left_ -= bits_;
-        return i;
-      }
-    }
+  using random_indices = detail::sample_indices<Policy>;
 
-   private:
-    unsigned bits_;
-    unsigned left_ = 0;
-    std::uint64_t r_ = 0;
-  };
-
-  // Reserves delta; over budget, evicts (at most eviction_attempts times) and
-  // tries again. Holding held's lock (may be null); never evicts protect.
+  // Eviction (defined and described in detail/table_eviction.hpp).
   bool try_charge(std::int64_t delta, bucket* held, node* protect, std::int64_t now,
-                  reclaim_lists& rl) noexcept {
-    if (delta <= 0) {
-      budget_.give_back(-delta);
-      return true;
-    }
-    if (delta > opt_.budget) return false;  // would not fit in an empty table: evict nothing
-    std::int64_t freed = 0;  // by this charge's evictions: in its hands, no one else's
-    // Before an eviction: what is near and the reserves this thread filled; every
-    // cpu's reserve only at the last attempt, and after an eviction that found nothing
-    // (header, "Budget bound": gathering the others moved a line at every charge).
-    bool gather = opt_.eviction_attempts == 0;
-    for (unsigned attempt = 0;; ++attempt) {
-      if (freed >= delta) {
-        budget_.give_back(freed - delta);
-        return true;
-      }
-      if (budget_.take(delta - freed, gather)) return true;
-      if (attempt == opt_.eviction_attempts) {
-        budget_.give_back(freed);
-        return false;
-      }
-      const std::int64_t before = freed;
-      const bool within = evict(held, protect, now, rl, freed, true);
-      // Its share held nothing to take (its entries busy, or only this one): the whole
-      // table, in the same attempt.
-      if (within && freed == before) evict(held, protect, now, rl, freed, false);
-      gather = freed == before || attempt + 1 == opt_.eviction_attempts;
-    }
-  }
+                  reclaim_lists& rl) noexcept;
 
-  // One eviction round (header comment). Samples distinct non-empty buckets and reads
-  // their hints without locking them. Then it locks, one at a time, the samples whose
-  // deadline hint has come (expiring what is due there), and, unless that freed
-  // something, the samples in order of their last_used hint while one may hold an
-  // entry older than the oldest found so far. Under a flood of entries that are never
-  // touched again the hints are exact, and it locks and walks one bucket.
-  // Probes go in batches: a batch's buckets are all loaded before any is examined, so
-  // that their cache misses overlap, and the first entry of each kept sample is
-  // prefetched. (Random buckets, not a run of neighbours: evictions empty a run of its
-  // oldest entries, and the next run over it would then find only fresh ones, live
-  // entries among them.)
-  // Holds at most three bucket locks (held, the best so far, the one scanned); all
-  // but held are taken with try_lock, so it cannot deadlock. (Which locks it holds
-  // depends on the data, which clang's thread-safety analysis cannot follow.)
-  // What it removes, it adds to freed (the caller's hands). With shares and
-  // within_share, it samples only the share of held when that share holds its floor
-  // (header comment, "Shares"); returns whether it did.
   bool evict(bucket* held, node* protect, std::int64_t now, reclaim_lists& rl,
              std::int64_t& freed_bytes,
-             bool within_share) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS {
-    struct sample {
-      bucket* b;
-      std::int64_t oldest;  // its hints when sampled
-      std::int64_t due;
-      bool done;  // locked and walked
-    };
-    sample s[max_eviction_samples];
-    unsigned want = opt_.eviction_samples;
-    unsigned have = 0;
-    unsigned max_probes = opt_.eviction_probes;
-    unsigned probes = 0;
-    random_indices pick(index_bits_);
-    // Where a probe lands: buckets [lo, lo + size), size 0 for the whole table.
-    std::size_t lo = 0, size = 0;
-    // Adds distinct non-empty buckets to s until it holds `want` or the probes run out.
-    auto draw = [&] {
-      // In locals for the loops: through the closure's references they would live in
-      // memory, and every probe would wait on a store of the last one's counts.
-      unsigned n_have = have, n_probes = probes;
-      random_indices rng = pick;
-      while (n_have < want && n_probes < max_probes) {
-        // Probes until as many non-empty buckets are found as are still wanted,
-        // keeping them without a branch: whether a random bucket is empty cannot be
-        // predicted. The probes' loads do not depend on one another, so their cache
-        // misses overlap. (A hint, read without the lock: an empty bucket is not
-        // worth its lock.)
-        bucket* found[max_eviction_samples];
-        node* first[max_eviction_samples];  // their first entries, as loaded
-        const unsigned need = want - n_have;
-        unsigned n = 0;
-        while (n < need && n_probes < max_probes) {
-          std::size_t i = rng.next() & mask_;
-          // Within the share: i scaled to its size (multiply and shift, no division).
-          if (size != 0) i = lo + detail::scale(i, size, index_bits_);
-          bucket* b = &buckets_[i];
-          ++n_probes;
-          node* const h = b->head.load(std::memory_order_relaxed);
-          found[n] = b;
-          first[n] = h;
-          n += h != nullptr;
-        }
-        for (unsigned i = 0; i < n; ++i) {
-          bucket& b = *found[i];
-          if (std::any_of(s, s + n_have, [&](const sample& x) { return x.b == &b; })) continue;
-          // Relaxed: hints, checked under the lock before they decide (lower_hint()).
-          s[n_have++] = {&b, b.oldest.load(std::memory_order_relaxed),
-                         b.due.load(std::memory_order_relaxed), false};
-          // Its first entry, where a walk of it would start. (Read again under the
-          // lock; a prefetch of a node freed meanwhile is harmless. Not loaded again
-          // here: under tests/support/schedule.hpp every atomic load is a scheduling
-          // point, and one more would change every seed's schedule.)
-          __builtin_prefetch(first[i]);
-        }
-      }
-      have = n_have;
-      probes = n_probes;
-      pick = rng;
-    };
-    // With shares, a charge for an entry of a share holding at least three quarters of
-    // its part of the budget samples that share only (header comment, "Shares").
-    if (within_share && shares_ && held) {
-      const std::size_t q = share_of(static_cast<std::size_t>(held - buckets_.get()));
-      if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {
-        lo = shares_[q].lo;
-        size = shares_[q].size;
-        // As for the whole table: at most 8 probes a bucket, and no more samples than
-        // buckets (a small share would spend every probe on each eviction).
-        max_probes = static_cast<unsigned>(std::min<std::size_t>(max_probes, 8 * size));
-        want = static_cast<unsigned>(std::min<std::size_t>(want, size));
-      }
-    }
-    draw();
-    bucket* best_b = nullptr;
-    node* best = nullptr;
-    bool freed = false;
-    for (;;) {
-      sample* next = nullptr;
-      for (unsigned i = 0; i < have && !next; ++i)
-        if (!s[i].done && s[i].due <= now) next = &s[i];  // expired entries go first
-      if (!next && !freed) {
-        for (unsigned i = 0; i < have; ++i)
-          if (!s[i].done && (!next || s[i].oldest < next->oldest)) next = &s[i];
-        // The hint bounds every entry there: none is older than best.
-        if (next && best && next->oldest >= best->last_used) next = nullptr;
-      }
-      if (!next) break;
-      next->done = true;
-      bucket& b = *next->b;
-      const bool own = &b == held;
-      if (!own && !b.lock.try_lock()) {  // busy: being visited, so fresh; sample another
-        *next = s[--have];
-        draw();
-        continue;
-      }
-      node* before = rl.expired;
-      node* oldest = expire_chain(b, now, protect, rl, &freed_bytes);
-      freed |= rl.expired != before;
-      if (oldest && (!best || oldest->last_used < best->last_used)) {
-        if (best_b && best_b != held) best_b->lock.unlock();
-        best_b = &b;
-        best = oldest;
-      } else if (!own) {
-        b.lock.unlock();
-      }
-    }
-    if (best && !freed) {
-      node* prev = nullptr;
-      for (node* n = best_b->head.load(std::memory_order_relaxed); n != best; n = n->next)
-        prev = n;
-      unlink(*best_b, prev, best);
-      uncharge(best, &freed_bytes);
-      reclaim_lists::push(rl.evicted, best);
-      rehint(*best_b);  // its chain is in cache; exact hints spare a later walk here
-    }
-    if (best_b && best_b != held) best_b->lock.unlock();
-    return size != 0;
-  }
+             bool within_share) noexcept HOTPATH_NO_THREAD_SAFETY_ANALYSIS;
 
   template <bool Create, class F, class... Args>
   auto access(const Key& key, std::int64_t now, F& f, Args&&... args)
@@ -798,28 +539,11 @@ class bucket_table {
     bucket& b = bucket_for(h);
     finisher fin{this, {}};  // destroyed last: events run with no lock held
     std::unique_lock g(b.lock);
-    // Look up, expiring what is due on the way.
-    node* found = nullptr;
-    node* prev = nullptr;
-    // Minima over the entries passed: when the key is absent, over the whole chain.
-    std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
-    std::int64_t due = oldest;
-    for (node* n = b.head.load(std::memory_order_relaxed); n;) {
-      node* next = n->next;
-      if (n->deadline <= now) {
-        unlink(b, prev, n);
-        uncharge(n);
-        reclaim_lists::push(fin.rl.expired, n);
-      } else if (n->hash == h && n->key == key) {
-        found = n;
-        break;
-      } else {
-        prev = n;
-        oldest = std::min(oldest, n->last_used);
-        due = std::min(due, n->deadline);
-      }
-      n = next;
-    }
+    // Look up, expiring what is due on the way; the minima are over the entries
+    // passed: when the key is absent, over the whole chain.
+    const chain_walk w = walk_chain(b, now, nullptr, fin.rl, nullptr,
+                                    [&](const node* n) { return n->hash == h && n->key == key; });
+    node* found = w.stopped;
     bool created = false;
     if (!found) {
       if constexpr (!Create) {
@@ -840,7 +564,7 @@ class bucket_table {
         count_.inc();
         created = true;
         // Exact, or low if the charge evicted here: the chain walked, and the new entry.
-        set_hints(b, std::min(oldest, now), std::min(due, found->deadline));
+        set_hints(b, std::min(w.oldest, now), std::min(w.due, found->deadline));
       }
     }
     found->last_used = now;
@@ -900,3 +624,6 @@ class bucket_table {
 };
 
 }  // namespace hotpath
+
+// Eviction, defined out of line.
+#include "hotpath/detail/table_eviction.hpp"

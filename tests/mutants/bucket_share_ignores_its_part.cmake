@@ -1,6 +1,6 @@
 # A share samples itself for eviction however little it holds.
-set(header hotpath/bucket_table.hpp)
-set(old_1 [==[      if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {]==])
-set(new_1 [==[      // Mutant (tests/bucket_table_eviction_test.cpp): a share samples itself however little it
-      // holds.
-      if (true) {]==])
+set(header hotpath/detail/table_eviction.hpp)
+set(old_1 [==[    if (shares_[q].bytes.load(std::memory_order_relaxed) >= share_floor_) {]==])
+set(new_1 [==[    // Mutant (tests/bucket_table_eviction_test.cpp): a share samples itself however little it
+    // holds.
+    if (true) {]==])

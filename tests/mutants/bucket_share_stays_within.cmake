@@ -1,6 +1,6 @@
 # A share whose own entries give nothing does not evict elsewhere.
-set(header hotpath/bucket_table.hpp)
-set(old_1 [==[      // Its share held nothing to take (its entries busy, or only this one): the whole
-      // table, in the same attempt.
-      if (within && freed == before) evict(held, protect, now, rl, freed, false);]==])
-set(new_1 [==[      (void)within;]==])
+set(header hotpath/detail/table_eviction.hpp)
+set(old_1 [==[    // Its share held nothing to take (its entries busy, or only this one): the whole
+    // table, in the same attempt.
+    if (within && freed == before) evict(held, protect, now, rl, freed, false);]==])
+set(new_1 [==[    (void)within;]==])
