@@ -87,7 +87,7 @@
 
 namespace hotpath::test::sched {
 
-// ---- the model's operations (schedule.cpp) ---------------------------------
+// ---- the model's operations (schedule.cpp, schedule_memory.cpp) -----------
 
 // A modelled memory word: what other threads see, and the happens-before clock of
 // the release sequence that wrote it.
@@ -406,7 +406,7 @@ struct property {
 };
 bool add_property(const property& p);
 
-// Runs the properties selected on the command line; see schedule.cpp's usage().
+// Runs the properties selected on the command line; see schedule_runner.cpp's usage().
 int main(int argc, char** argv);
 
 }  // namespace hotpath::test::sched
