@@ -22,10 +22,16 @@ rename() {  # $1: suffix
   sed -e "s/queued_core/queued_core_$1/g" -e "s/basic_queued_lock/basic_queued_lock_$1/g" \
       -e "s/sleeper_table/sleeper_table_$1/g" -e "s/using queued_lock =/using queued_lock_$1 =/"
 }
+# The tree's lock as one text: its core and slow path (detail/) before the public class.
+tree() {
+  cat "$root/include/hotpath/detail/queued_core.hpp" \
+      "$root/include/hotpath/detail/queued_slowpath.hpp" "$root/include/hotpath/queued_lock.hpp" |
+    grep -v -e '^#pragma once' -e '^#include "hotpath/detail/queued_\(core\|slowpath\).hpp"'
+}
 git -C "$root" show "$rev:include/hotpath/queued_lock.hpp" | rename before >"$work/before.hpp"
-rename rmw <"$root/include/hotpath/queued_lock.hpp" |
+tree | rename rmw |
   sed 's/if (flag_bits() \& unlock_check_flags) \[\[unlikely\]\]/if (true)/' >"$work/rmw.hpp"
-rename xchg <"$root/include/hotpath/queued_lock.hpp" |
+tree | rename xchg |
   sed 's/__atomic_store_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE)/(void)__atomic_exchange_n(byte_at(0), std::uint8_t{0}, __ATOMIC_RELEASE)/' >"$work/xchg.hpp"
 grep -q 'if (true)' "$work/rmw.hpp" && grep -q '__atomic_exchange_n(byte_at(0)' "$work/xchg.hpp" ||
   { echo "a variant's edit did not apply" >&2; exit 1; }
@@ -43,6 +49,6 @@ HOTPATH_LOCK_BENCHMARKS("queued_lock@before", hotpath::queued_lock_before);
 HOTPATH_LOCK_BENCHMARKS("queued_lock@rmw", hotpath::queued_lock_rmw);
 HOTPATH_LOCK_BENCHMARKS("queued_lock@xchg", hotpath::queued_lock_xchg);
 CPP
-${CXX:-c++} -std=c++20 -O3 -DNDEBUG -I"$root/include" -I"$root/benchmarks" -I"$work" \
+${CXX:-c++} -std=c++20 -O3 -DNDEBUG -I"$root/include" -I"$root/benchmarks" -I"$root/examples" -I"$work" \
   "$work/main.cpp" -o "$work/variants" -lbenchmark -lbenchmark_main -lpthread
 "$work/variants" "$@"
