@@ -293,7 +293,7 @@ TEST(BucketTable, FloodOfNewKeysEvictsItsOwnOldestNotLiveEntries) {
   EXPECT_LE(live_evicted, evictions / 1000) << live_evicted << " of " << evictions;
 }
 
-// Shares (header comment, "Shares"): 64 buckets in two shares (0-31, 32-63; the
+// Shares (detail/table_eviction.hpp, "Shares"): 64 buckets in two shares (0-31, 32-63; the
 // identity hash puts key k in bucket k), room for 20 entries of 100 bytes; a share
 // holding 750 bytes holds three quarters of its part.
 bucket_table_options two_shares() {

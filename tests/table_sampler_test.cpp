@@ -38,7 +38,9 @@ TEST(TableSampler, ScaleSpreadsEveryIndexEvenlyAndInOrder) {
         EXPECT_GE(hits[v], n / size) << "bits " << bits << " size " << size << " value " << v;
         EXPECT_LE(hits[v], (n + size - 1) / size) << "bits " << bits << " size " << size;
       }
-      if (size == n) EXPECT_EQ(scale(n - 1, size, bits), n - 1);  // the identity
+      if (size == n) {
+        EXPECT_EQ(scale(n - 1, size, bits), n - 1);  // the identity
+      }
     }
   }
 }
@@ -52,10 +54,10 @@ TEST(TableSampler, ScaleOfLargeIndicesDoesNotOverflow) {
 }
 
 // Pairs of consecutive indices cover all 2^(2 bits) combinations evenly: an index
-// that reused bits of the previous one (a shift short by one) would tie each to the
-// last, and most pairs would never occur. 4 bits: 256 pairs, 2^18 indices, about
-// 1024 of each pair; a fair generator falls outside [1/2, 3/2] of that with
-// probability below 1e-50.
+// that reused bits of the previous one (a shift by fewer than `bits`) would tie each
+// to the last, and most pairs would be rare. 4 bits: 256 pairs, 2^18 indices, about
+// 1024 of each pair; a fair generator puts any pair outside [1/2, 3/2] of that with
+// probability below 1e-44.
 TEST(TableSampler, ConsecutiveIndicesAreIndependent) {
   constexpr unsigned bits = 4;
   constexpr std::size_t cells = std::size_t{1} << (2 * bits);

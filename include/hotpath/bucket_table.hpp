@@ -58,9 +58,10 @@
 // random non-empty buckets (eviction_samples, 8 by default), removes what has
 // expired there, else the least recently touched entry among them. So stale entries
 // go before fresh ones, and a flood of new keys evicts its own oldest: a live entry
-// touched at t is evicted only if every sample holds nothing older (probability q^8
-// when a fraction q of the buckets hold only entries fresher than t). With shares,
-// a share holding its part of the budget evicts within itself first.
+// touched at t is evicted only if every sample holds nothing older (probability at
+// most q^8 when a fraction q of the occupied buckets hold only entries fresher than
+// t). With shares, a share holding three quarters of its part of the budget evicts
+// within itself first.
 // detail/table_eviction.hpp states the policy and its guarantees in full.
 //
 // Budget bound: exact, at any instant and any thread count: the bytes held by linked
@@ -457,7 +458,7 @@ class bucket_table {
   };
   template <class Stop>
   chain_walk walk_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
-                        std::int64_t* freed, Stop stop) noexcept;
+                        std::int64_t* freed, Stop stop);
   node* expire_chain(bucket& b, std::int64_t now, node* keep, reclaim_lists& rl,
                      std::int64_t* freed = nullptr) noexcept;
 

@@ -14,7 +14,7 @@
 // The owner learns whether to issue a wake-up from the exchange that grants the
 // lock, so an uncontended or spinning handoff makes no system call.
 //
-// Transitions, in queued_lock.hpp's spirit: `tail: a -> b` for the lock's word and
+// Transitions, in detail/queued_core.hpp's spirit: `tail: a -> b` for the lock's word and
 // `n.state: a -> b` for a node's (null, &n for the caller's node, * any); each
 // helper below is tagged with the ones it makes.
 //   tail: * -> &n, then prev.next: null -> &n     lock(n): enqueue behind prev

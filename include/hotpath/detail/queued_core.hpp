@@ -61,6 +61,7 @@
 // but the lock. Neither lock() nor unlock() changes errno (detail::errno_keeper).
 // Beyond 4 nested waits, with no slot (more live threads than the tail can name:
 // 16383), or with no memory for the nodes, a thread falls back to trylock-and-park on
+// the word, as the kernel falls back to trylock spinning.
 #pragma once
 
 #include <algorithm>

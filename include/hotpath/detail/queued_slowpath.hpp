@@ -3,7 +3,6 @@
 // owner, the queue of nodes, the bounded wait and its handoff, the privileged side's
 // wait, and sleeping on the word.
 //
-//
 // Waiting in user space (the pvqspinlock idea; policies with `parks`): queued waiters
 // spin on their node a bounded time, then sleep on it until made head. The pending
 // owner and the head spin on the word, then set `slow` and sleep on it; an unlock()

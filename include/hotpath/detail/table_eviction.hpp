@@ -73,13 +73,15 @@ namespace hotpath {
 // (except keep), uncharging it (into *freed, the caller's hands, if given: an
 // eviction's) and putting it on rl, until stop(n) holds for an entry that stays.
 // Returns that entry (null if none) and, over the entries passed that stay, the least
-// recently touched other than keep and the minima of last_used and deadline.
+// recently touched other than keep and the minima of last_used and deadline. Not
+// noexcept: stop may compare keys, and a Key's == may throw (find_or_create() and
+// visit() let it through).
 template <class Key, class T, class Hash, class Lock, class Policy>
 template <class Stop>
 inline auto bucket_table<Key, T, Hash, Lock, Policy>::walk_chain(bucket& b, std::int64_t now,
                                                                  node* keep, reclaim_lists& rl,
-                                                                 std::int64_t* freed,
-                                                                 Stop stop) noexcept -> chain_walk {
+                                                                 std::int64_t* freed, Stop stop)
+    -> chain_walk {
   chain_walk w;
   node* prev = nullptr;
   for (node* n = b.head.load(std::memory_order_relaxed); n;) {
@@ -109,7 +111,8 @@ inline auto bucket_table<Key, T, Hash, Lock, Policy>::expire_chain(bucket& b, st
                                                                    node* keep, reclaim_lists& rl,
                                                                    std::int64_t* freed) noexcept
     -> node* {
-  const chain_walk w = walk_chain(b, now, keep, rl, freed, [](const node*) { return false; });
+  const chain_walk w =
+      walk_chain(b, now, keep, rl, freed, [](const node*) noexcept { return false; });
   set_hints(b, w.oldest, w.due);
   return w.lru;
 }
